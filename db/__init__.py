@@ -1,0 +1,1 @@
+"""Models, migrations and the few queries the other layers need."""

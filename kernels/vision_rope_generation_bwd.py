@@ -1,0 +1,273 @@
+"""Workload A (SOL-ExecBench L1/024): backward of a 2-D vision RoPE table, down to grad_inv_freq.
+
+    g[p, c]          = grad_sin[p, c] * cos(emb[p, c]) - grad_cos[p, c] * sin(emb[p, c])
+    grad_inv_freq[j] = sum_p pos[p,0] * (g[p,j] + g[p,j+36]) + pos[p,1] * (g[p,j+18] + g[p,j+54])
+
+One launch per call, deterministic: each program folds its patches into an 18-vector partial,
+then takes a ticket from a self-resetting counter; the program holding the last ticket sums the
+partials in program order. No memset, no atomics on the output, the same bits every call.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Mapping
+
+import torch
+import triton
+import triton.language as tl
+
+from ._trig import TRIG_CHOICES, sincos
+from .device import default_device, is_interpreter
+from .spec import Axis, KernelDef, Param, check_tensor, load_cases
+
+NAME = "vision_rope_generation_bwd"
+HEAD_DIM = 72
+HALF = 36
+QUARTER = 18
+MAX_PATCHES = 1 << 22
+
+
+@triton.jit
+def _rope_gen_bwd_kernel(
+    gc_ptr, gs_ptr, pos_ptr, emb_ptr, out_ptr, ws_ptr, counter_ptr,
+    P, n_tiles,
+    BLOCK_P: tl.constexpr, TILES: tl.constexpr, REDUCE: tl.constexpr, COLS: tl.constexpr,
+    TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    j = tl.arange(0, 32)
+    if COLS == "quarters":
+        # [BLOCK_P, 4, 32] view: column q*18 + j, j < 18; weight pos[:, q % 2].
+        p3 = tl.arange(0, BLOCK_P)[:, None, None]
+        q3 = tl.arange(0, 4)[None, :, None]
+        j3 = j[None, None, :]
+        acc = tl.zeros([BLOCK_P, 4, 32], dtype=tl.float32)
+    else:
+        # [BLOCK_P, 128] view: column c < 72; weight pos[:, (c // 18) % 2].
+        p2 = tl.arange(0, BLOCK_P)[:, None]
+        c2 = tl.arange(0, 128)[None, :]
+        acc = tl.zeros([BLOCK_P, 128], dtype=tl.float32)
+
+    if REDUCE == "single":
+        t_lo = 0
+        t_hi = n_tiles
+    else:
+        t_lo = pid * TILES
+        t_hi = tl.minimum(t_lo + TILES, n_tiles)
+    for t in range(t_lo, t_hi):
+        p0 = t * BLOCK_P
+        if COLS == "quarters":
+            rows = p0 + p3
+            rmask = rows < P
+            offs = rows * 72 + q3 * 18 + j3
+            m = rmask & (j3 < 18)
+            pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
+            pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
+            w = tl.where((q3 % 2) == 0, pos_a, pos_b)
+        else:
+            rows = p0 + p2
+            rmask = rows < P
+            offs = rows * 72 + c2
+            m = rmask & (c2 < 72)
+            pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
+            pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
+            w = tl.where(((c2 // 18) % 2) == 0, pos_a, pos_b)
+        e = tl.load(emb_ptr + offs, mask=m, other=0.0)
+        gs = tl.load(gs_ptr + offs, mask=m, other=0.0)
+        gc = tl.load(gc_ptr + offs, mask=m, other=0.0)
+        s, c = sincos(e, TRIG, ASM)
+        acc += (gs * c - gc * s) * w
+
+    if COLS == "quarters":
+        part = tl.sum(tl.sum(acc, axis=0), axis=0)
+    else:
+        v = tl.sum(acc, axis=0)  # [128]
+        cc = tl.arange(0, 128)[:, None]
+        fold = ((cc % 18) == j[None, :]) & (cc < 72)
+        part = tl.sum(tl.where(fold, v[:, None], 0.0), axis=0)
+
+    if REDUCE == "single":
+        tl.store(out_ptr + j, part, mask=j < 18)
+    else:
+        n_prog = tl.num_programs(0)
+        tl.store(ws_ptr + pid * 32 + j, part)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+        if ticket == n_prog - 1:
+            total = tl.zeros([RB, 32], dtype=tl.float32)
+            r = tl.arange(0, RB)[:, None]
+            for b in range(0, n_prog, RB):
+                rr = b + r
+                total += tl.load(ws_ptr + rr * 32 + j[None, :], mask=rr < n_prog, other=0.0,
+                                 cache_modifier=".cg")
+            tl.store(out_ptr + j, tl.sum(total, axis=0), mask=j < 18)
+            tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+PARAMS = (
+    Param("BLOCK_P", (8, 16, 32, 64, 128, 256), 32, "patches per tile"),
+    Param("TILES", (1, 2, 4, 8, 16, 32, 64), 4, "tiles each program folds before the cross-program sum",
+          requires={"REDUCE": ("ticket",)}),
+    Param("REDUCE", ("ticket", "single"), "ticket",
+          "cross-program reduction: last-arriving program sums partials in order, or one program does all"),
+    Param("COLS", ("pad128", "quarters"), "quarters", "tiling of the 72 columns"),
+    Param("TRIG", TRIG_CHOICES, "precise", "sin/cos implementation"),
+    Param("num_warps", (1, 2, 4, 8, 16), 4, "warps per program"),
+    Param("num_stages", (1, 2, 3, 4), 1, "software pipelining depth of the tile loop"),
+)
+
+
+def _rules(cfg: Mapping[str, Any]) -> str | None:
+    # Registers: the accumulator is BLOCK_P x 128 floats spread over the program's threads;
+    # past 128 per thread the compiler spills.
+    per_thread = cfg["BLOCK_P"] * 128 // (32 * cfg["num_warps"])
+    if per_thread > 128:
+        return (f"BLOCK_P={cfg['BLOCK_P']} with num_warps={cfg['num_warps']} puts {per_thread} "
+                "accumulator values per thread (at most 128)")
+    return None
+
+
+_ws_lock = threading.Lock()
+_workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _workspace(device: torch.device, n_prog: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partials buffer and ticket counter, kept per (device, stream): the counter resets itself."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    with _ws_lock:
+        got = _workspaces.get(key)
+        if got is None or got[0].shape[0] < n_prog:
+            cap = max(n_prog, 1024 if got is None else 2 * got[0].shape[0])
+            counter = got[1] if got is not None else torch.zeros(1, dtype=torch.int32, device=device)
+            got = (torch.empty((cap, 32), dtype=torch.float32, device=device), counter)
+            _workspaces[key] = got
+        return got
+
+
+def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor,
+           inv_freq: torch.Tensor, emb: torch.Tensor, *, config: Mapping[str, Any],
+           out: tuple[torch.Tensor] | None = None) -> tuple[torch.Tensor]:
+    """Run the Triton kernel with an already validated config; `out` lets a check poison outputs."""
+    P = emb.shape[0]
+    bp = config["BLOCK_P"]
+    n_tiles = triton.cdiv(P, bp)
+    if config["REDUCE"] == "single":
+        tiles = n_tiles
+        n_prog = 1
+    else:
+        tiles = config["TILES"]
+        n_prog = triton.cdiv(n_tiles, tiles)
+    grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
+    ws, counter = _workspace(emb.device, n_prog)
+    _rope_gen_bwd_kernel[(n_prog,)](
+        grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, P, n_tiles,
+        BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
+        TRIG=config["TRIG"], ASM=not is_interpreter(), RB=64,
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )
+    return (grad,)
+
+
+def check_inputs(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> None:
+    check_tensor("emb", emb, shape=(None, HEAD_DIM), dtype=torch.float32)
+    P = emb.shape[0]
+    if P < 1:
+        raise ValueError("emb: needs at least one patch")
+    dev = emb.device
+    check_tensor("grad_cos", grad_cos, shape=(P, HEAD_DIM), dtype=torch.float32, device=dev)
+    check_tensor("grad_sin", grad_sin, shape=(P, HEAD_DIM), dtype=torch.float32, device=dev)
+    check_tensor("pos_ids", pos_ids, shape=(P, 2), dtype=torch.int64, device=dev)
+    check_tensor("inv_freq", inv_freq, shape=(QUARTER,), dtype=torch.float32, device=dev)
+
+
+def axes_of(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> dict[str, int]:
+    return {"total_patches": int(emb.shape[0])}
+
+
+def _grid_size(axes: Mapping[str, int]) -> int:
+    if "max_grid_size" in axes:
+        return int(axes["max_grid_size"])
+    for c in CASES:
+        if c.axes["total_patches"] == axes["total_patches"]:
+            return int(c.info["max_grid_size"])
+    return max(2, math.isqrt(int(axes["total_patches"])) + 1)
+
+
+def real_inv_freq(device: torch.device | str = "cpu") -> torch.Tensor:
+    return 1.0 / (10000.0 ** (torch.arange(0, HALF, 2, dtype=torch.float64, device=device) / HALF))
+
+
+def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benchmark",
+                device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
+    """The benchmark's draw (standard normal, uniform positions) or a realistic RoPE table."""
+    device = torch.device(device) if device is not None else default_device()
+    P = int(axes["total_patches"])
+    G = _grid_size(axes)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    grad_cos = torch.randn(P, HEAD_DIM, generator=gen)
+    grad_sin = torch.randn(P, HEAD_DIM, generator=gen)
+    pos_ids = torch.randint(0, G, (P, 2), generator=gen, dtype=torch.int64)
+    if distribution == "benchmark":
+        inv_freq = torch.randn(QUARTER, generator=gen)
+        emb = torch.randn(P, HEAD_DIM, generator=gen)
+    elif distribution == "realistic":
+        f = real_inv_freq()
+        rot = torch.cat([pos_ids[:, :1].double() * f, pos_ids[:, 1:].double() * f], dim=1)
+        emb = torch.cat([rot, rot], dim=1).float()
+        inv_freq = f.float()
+    else:
+        raise ValueError(f"distribution: expected 'benchmark' or 'realistic', got {distribution!r}")
+    return tuple(t.to(device).contiguous() for t in (grad_cos, grad_sin, pos_ids, inv_freq, emb))
+
+
+def reference(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> tuple[torch.Tensor]:
+    """The formula in float64."""
+    e = emb.double()
+    g = grad_sin.double() * torch.cos(e) - grad_cos.double() * torch.sin(e)
+    pa = pos_ids[:, 0:1].double()
+    pb = pos_ids[:, 1:2].double()
+    out = (pa * (g[:, 0:18] + g[:, 36:54]) + pb * (g[:, 18:36] + g[:, 54:72])).sum(0)
+    return (out,)
+
+
+def torch_reference(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> tuple[torch.Tensor]:
+    """The benchmark's PyTorch path, float32: chain rule through cat, index and outer product."""
+    g = grad_sin * torch.cos(emb) - grad_cos * torch.sin(emb)
+    g_rot = g[:, :HALF] + g[:, HALF:]
+    G = int(pos_ids.max().item()) + 1
+    grad_freqs = torch.zeros(G, QUARTER, dtype=g.dtype, device=g.device)
+    grad_freqs.index_add_(0, pos_ids[:, 0], g_rot[:, :QUARTER])
+    grad_freqs.index_add_(0, pos_ids[:, 1], g_rot[:, QUARTER:])
+    seq = torch.arange(G, dtype=g.dtype, device=g.device)
+    return ((seq[:, None] * grad_freqs).sum(0),)
+
+
+def bytes_moved(axes: Mapping[str, int]) -> int:
+    P = int(axes["total_patches"])
+    return 3 * P * HEAD_DIM * 4 + P * 16 + QUARTER * 4
+
+
+CASES = load_cases("vision_rope_generation_bwd.json", ("total_patches",))
+
+KERNEL = KernelDef(
+    name=NAME,
+    description="Backward of a 2-D vision RoPE table generation: grad_inv_freq from grad_cos/grad_sin",
+    benchmark_problem="SOL-ExecBench L1/024",
+    axes=(Axis("total_patches", 1, MAX_PATCHES, "patches over all images (rows of emb)"),),
+    extra_axes=("num_images", "max_grid_size"),
+    params=PARAMS,
+    cases=CASES,
+    input_names=("grad_cos", "grad_sin", "pos_ids", "inv_freq", "emb"),
+    output_names=("grad_inv_freq",),
+    rtol=2e-5,
+    make_inputs=make_inputs,
+    reference=reference,
+    torch_reference=torch_reference,
+    launch=launch,
+    axes_of=axes_of,
+    bytes_moved=bytes_moved,
+    check_inputs=check_inputs,
+    rules=_rules,
+)

@@ -1,0 +1,1 @@
+"""Search spaces (data) and the Optuna tuner that walks them."""

@@ -1,0 +1,32 @@
+"""Every setting of the service, read from KS_* environment variables (pydantic-settings)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
+
+    database_url: str = Field("sqlite:///var/kernelsearch.db",
+                              description="SQLAlchemy URL; postgresql+psycopg://... for PostgreSQL")
+    api_token: SecretStr | None = Field(None, description="when set, writes need 'Authorization: Bearer <token>'")
+    lease_seconds: float = Field(60.0, gt=0, description="a running job whose worker is silent this long is reclaimed")
+    heartbeat_seconds: float = Field(10.0, gt=0, description="how often a worker renews its lease")
+    service_url: str | None = Field(None, description="when set, kernels ask this service for configs")
+    worker_id: str | None = Field(None, description="lease owner name; default host:pid")
+    trial_timeout_s: float = Field(120.0, gt=0, description="a candidate running longer is killed")
+    max_trials_per_job: int = Field(2000, gt=0)
+    max_cases_per_job: int = Field(64, gt=0)
+    max_queued_jobs: int = Field(100, gt=0)
+    max_body_bytes: int = Field(64 * 1024, gt=0)
+    cors_origins: list[str] = Field(default_factory=list, description="empty: CORS off")
+    shipped_records: str | None = Field(None, description="records export imported by `make run`")
+    log_level: str = "INFO"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -89,6 +89,27 @@ class KernelDef:
     rules: Callable[[Mapping[str, Any]], str | None] = lambda cfg: None
     # Extra axes a user may give that do not key the case (e.g. num_images for workload A).
     extra_axes: tuple[str, ...] = ()
+    # The Triton handle of the latest launch in this process (registers, spills, shared memory).
+    last_compiled: Any = field(default=None, repr=False)
+
+    @property
+    def source_hash(self) -> str:
+        """Hash of the module that holds the kernel: records say which code they were tuned on."""
+        import hashlib
+        import inspect
+        import sys
+
+        mod = sys.modules[self.launch.__module__]
+        return hashlib.sha256(inspect.getsource(mod).encode()).hexdigest()[:16]
+
+    def compiled_stats(self) -> dict[str, Any]:
+        """Registers, spills and shared memory of the latest launch (empty under the interpreter)."""
+        h = self.last_compiled
+        if h is None or not hasattr(h, "n_regs"):
+            return {}
+        md = getattr(h, "metadata", None)
+        return {"n_regs": int(h.n_regs), "n_spills": int(h.n_spills),
+                "shared_bytes": int(getattr(md, "shared", 0) or 0)}
 
     # -- the user's entry point -------------------------------------------------------------
     def __call__(self, *inputs: torch.Tensor, config: Mapping[str, Any] | None = None):

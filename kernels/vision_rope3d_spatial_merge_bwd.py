@@ -142,7 +142,7 @@ def launch(grad_q_embed: torch.Tensor, grad_k_embed: torch.Tensor, q: torch.Tens
     else:
         grid = n_tiles
     cm, ep = _CACHE[config["CACHE"]]
-    _rope3d_bwd_kernel[(grid,)](
+    KERNEL.last_compiled = _rope3d_bwd_kernel[(grid,)](
         grad_q_embed, grad_k_embed, q, k, embeddings, dq, dk, de, S, n_tiles,
         ROWS=rows, HEADS=heads, BLOCK_D=bd, N_H=n_h, N_D=n_d, TRIG=config["TRIG"],
         ASM=not is_interpreter(), CM=cm, EP=ep, ATOMIC=atomic, PERSISTENT=persistent,

@@ -161,7 +161,7 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         n_prog = triton.cdiv(n_tiles, tiles)
     grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
     ws, counter = _workspace(emb.device, n_prog)
-    _rope_gen_bwd_kernel[(n_prog,)](
+    KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
         TRIG=config["TRIG"], ASM=not is_interpreter(), RB=64,

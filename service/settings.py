@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list, description="empty: CORS off")
     shipped_records: str | None = Field(None, description="records export imported by `make run`")
     log_level: str = "INFO"
+    provider_timeout_s: float = Field(0.5, gt=0, description="kernels' lookups give the service this long")
+    worker_poll_seconds: float = Field(2.0, gt=0, description="an idle worker looks for queued jobs this often")
+    measure_n: int = Field(30, gt=0, description="timed calls per trial (median)")
+    records_check_seconds: float = Field(0.5, gt=0, description="how often /v1/best checks that records changed")
 
 
 @lru_cache

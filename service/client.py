@@ -1,0 +1,180 @@
+"""A small Python client of the REST API: lookups and jobs, with the server's messages as errors.
+
+    from service.client import Client
+    with Client("http://127.0.0.1:8000", token="...") as c:
+        best = c.best("vision_rope3d_spatial_merge_bwd", "NVIDIA H200", seq_len=1024)
+        job = c.submit_job("vision_rope3d_spatial_merge_bwd", [{"seq_len": 2}], n_trials=20)
+        c.wait(job["id"], timeout=600)
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal, Mapping, Sequence
+
+import httpx
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class ClientError(Exception):
+    """A request the service refused or could not answer; `status` is the HTTP status (0: none)."""
+
+    status: int = 0
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+
+class ServiceUnreachable(ClientError):
+    """No HTTP answer at all: connection refused, DNS failure, timeout."""
+
+
+class BadRequest(ClientError):
+    status = 400
+
+
+class Unauthorized(ClientError):
+    status = 401
+
+
+class NotFound(ClientError):
+    status = 404
+
+
+class Conflict(ClientError):
+    status = 409
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+
+
+class InvalidRequest(ClientError):
+    status = 422
+
+
+class TooManyRequests(ClientError):
+    status = 429
+
+
+class ServiceUnavailable(ClientError):
+    status = 503
+
+
+class JobTimeout(ClientError, TimeoutError):
+    """`wait` gave up before the job reached a final status."""
+
+
+_BY_STATUS: dict[int, type[ClientError]] = {
+    400: BadRequest, 401: Unauthorized, 403: Unauthorized, 404: NotFound, 409: Conflict,
+    413: PayloadTooLarge, 422: InvalidRequest, 429: TooManyRequests, 503: ServiceUnavailable,
+}
+
+
+def _message(resp: httpx.Response) -> str:
+    """The server's own message: FastAPI's `detail` (a string or a list of validation errors)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip() or resp.reason_phrase
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    if isinstance(detail, list):
+        parts = []
+        for err in detail:
+            if isinstance(err, dict):
+                loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+                parts.append(f"{loc}: {err.get('msg', err)}" if loc else str(err.get("msg", err)))
+            else:
+                parts.append(str(err))
+        return "; ".join(parts)
+    return str(detail)
+
+
+class Client:
+    """Lookups and jobs against one kernelsearch service."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 10.0,
+                 *, transport: httpx.BaseTransport | None = None) -> None:
+        if not base_url:
+            raise ValueError("base_url: give the service's address, e.g. http://127.0.0.1:8000")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+                                  transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            resp = self._http.request(method, path, **kw)
+        except httpx.TransportError as exc:
+            raise ServiceUnreachable(f"{method} {path}: service unreachable: {exc}") from exc
+        if resp.is_success:
+            return resp.json()
+        cls = _BY_STATUS.get(resp.status_code, ClientError)
+        raise cls(f"{method} {path}: HTTP {resp.status_code}: {_message(resp)}", resp.status_code)
+
+    # -- lookups ------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/healthz")
+
+    def kernels(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/kernels")
+
+    def best(self, kernel: str, device: str, **axes: int) -> dict[str, Any]:
+        """The best record for these axes on that device (exact, or the nearest tuned case)."""
+        params = {"kernel": kernel, "device": device, **{k: str(v) for k, v in axes.items()}}
+        return self._request("GET", "/v1/best", params=params)
+
+    def records(self, kernel: str | None = None, device: str | None = None) -> list[dict[str, Any]]:
+        params = {k: v for k, v in (("kernel", kernel), ("device", device)) if v is not None}
+        return self._request("GET", "/v1/records", params=params)
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def submit_job(self, kernel: str, cases: Sequence[Mapping[str, int]] | Literal["all"],
+                   n_trials: int, sampler: str | None = None,
+                   timeout_s: float | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"kernel": kernel,
+                                "cases": cases if cases == "all" else [dict(c) for c in cases],
+                                "n_trials": n_trials}
+        if sampler is not None:
+            body["sampler"] = sampler
+        if timeout_s is not None:
+            body["timeout_s"] = timeout_s
+        return self._request("POST", "/v1/jobs", json=body)
+
+    def job(self, job_id: int | str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/jobs/{job_id}")
+
+    def jobs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status
+        return self._request("GET", "/v1/jobs", params=params)
+
+    def cancel(self, job_id: int | str) -> dict[str, Any]:
+        return self._request("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def wait(self, job_id: int | str, timeout: float, poll_s: float = 1.0) -> dict[str, Any]:
+        """Poll until the job is succeeded, failed or cancelled; JobTimeout after `timeout` s."""
+        if timeout <= 0:
+            raise ValueError("timeout: must be positive seconds")
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["status"] in TERMINAL:
+                return job
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise JobTimeout(f"job {job_id} still {job['status']} after {timeout:g} s "
+                                 f"({job.get('trials_done')} trials done)")
+            time.sleep(min(poll_s, left))

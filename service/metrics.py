@@ -1,0 +1,74 @@
+"""Prometheus metrics of one service process: lookups and trials counted here, jobs read at scrape.
+
+Each app gets its own registry, so several apps (tests, an embedded worker) never clash on the
+global one; job counts come from the database when scraped, so every worker's jobs are seen.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+# Lookups are answered from memory in well under a millisecond; misses go to the database.
+_LOOKUP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                   1.0)
+
+
+class _JobsCollector(Collector):
+    """Jobs by status, read from the store at scrape time (every worker's jobs, not just ours)."""
+
+    def __init__(self, count_jobs: Callable[[str], int]) -> None:
+        self._count_jobs = count_jobs
+
+    def collect(self) -> Iterable[Metric]:
+        g = GaugeMetricFamily("ks_jobs", "Jobs in the database by status", labels=["status"])
+        up = GaugeMetricFamily("ks_database_up", "1 when the last scrape reached the database")
+        try:
+            counts = [(s, self._count_jobs(s)) for s in JOB_STATUSES]
+        except Exception as exc:  # a scrape must still answer while the database is down
+            log.warning("metrics: cannot count jobs: %s", exc)
+            up.add_metric([], 0.0)
+            yield up
+            return
+        for status, n in counts:
+            g.add_metric([status], float(n))
+        up.add_metric([], 1.0)
+        yield g
+        yield up
+
+
+class Metrics:
+    """The metrics one app (and its embedded worker) updates."""
+
+    def __init__(self, count_jobs: Callable[[str], int] | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.lookups = Counter("ks_lookups", "Best-config lookups by how they matched",
+                               ["match"], registry=self.registry)
+        self.lookup_seconds = Histogram("ks_lookup_seconds", "Time to answer GET /v1/best",
+                                        buckets=_LOOKUP_BUCKETS, registry=self.registry)
+        self.trials = Counter("ks_trials", "Trials finished by workers of this process",
+                              registry=self.registry)
+        self.jobs_finished = Counter("ks_jobs_finished", "Jobs finished by workers of this process",
+                                     ["status"], registry=self.registry)
+        self.record_cache = Counter("ks_best_cache", "GET /v1/best answers by cache outcome",
+                                    ["outcome"], registry=self.registry)
+        if count_jobs is not None:
+            self.registry.register(_JobsCollector(count_jobs))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def count_lookup(self, match: str, seconds: float) -> None:
+        self.lookups.labels(match).inc()
+        self.lookup_seconds.observe(seconds)
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> Any:
+        """A sample's value from the registry (for tests and the dashboard)."""
+        return self.registry.get_sample_value(name, labels or {})

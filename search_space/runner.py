@@ -1,0 +1,434 @@
+"""Trial runner: each candidate config runs in a child process that can die without taking us.
+
+A Triton candidate may hang, segfault or poison the CUDA context (illegal access), so trials run
+in a long-lived child (spawn context); the child is killed and replaced when a trial exceeds its
+timeout or the child dies. The pipeline in the child is: validate -> compile (first launch, timed)
+-> check on both input distributions -> measure with the benchmark's protocol.
+
+Compile-ahead: on a GPU, a pool of processes compiles upcoming configs with Triton's launches
+turned into warmups (compile, no launch); Triton's on-disk cache then makes the child's first
+launch a cache load, so the GPU never waits on the compiler. Under the interpreter there is
+nothing to compile and the pool is not started.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kernels.errors import FailureKind
+
+log = logging.getLogger(__name__)
+
+_STARTUP_TIMEOUT_S = 300.0
+
+
+@dataclass
+class TrialOutcome:
+    """What one trial produced: a measured latency or a typed failure, plus phase times."""
+
+    ok: bool
+    failure_kind: str | None = None
+    message: str = ""
+    # median_us, min_us, max_us, q1_us, q3_us, iqr_us, n, method (empty on failure)
+    timing: dict[str, Any] = field(default_factory=dict)
+    rel_errors: dict[str, float] = field(default_factory=dict)
+    n_regs: int | None = None
+    n_spills: int | None = None
+    shared_bytes: int | None = None
+    compile_s: float = 0.0
+    check_s: float = 0.0
+    measure_s: float = 0.0
+    # Seconds the runner waited for the compile-ahead pool before the trial started.
+    compile_wait_s: float = 0.0
+
+    @property
+    def latency_us(self) -> float | None:
+        return self.timing.get("median_us") if self.ok else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        # NaN is not JSON: a NaN relative error (unwritten output) becomes None.
+        d["rel_errors"] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                           for k, v in self.rel_errors.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TrialOutcome":
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @classmethod
+    def failure(cls, kind: FailureKind | str, message: str, **kw: Any) -> "TrialOutcome":
+        return cls(ok=False, failure_kind=FailureKind(kind).value, message=message, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Child side
+# ---------------------------------------------------------------------------------------------
+def _import_modules(modules: Sequence[str]) -> None:
+    """Import the kernel package and any extra modules that register kernels (tests)."""
+    import kernels  # noqa: F401  (decides interpreter vs GPU before any kernel is defined)
+
+    for m in modules:
+        importlib.import_module(m)
+
+
+def _run_trial(req: Mapping[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from kernels import get_kernel
+    from kernels.check import check_config
+    from kernels.device import default_device
+    from kernels.errors import InvalidConfig, WrongResult, classify
+    from kernels.measure import measure_config
+
+    kernel = get_kernel(req["kernel"])
+    axes = req["axes"]
+    device = default_device()
+    out = TrialOutcome(ok=False)
+    phase = "validate"
+    try:
+        cfg = kernel.validate_config(req["config"])
+        axes = kernel.validate_axes(axes)
+        phase = "compile"
+        inputs = kernel.make_inputs(axes, seed=req.get("seed", 0), distribution="benchmark",
+                                    device=device)
+        t0 = time.perf_counter()
+        kernel.launch(*inputs, config=cfg)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        out.compile_s = time.perf_counter() - t0
+        stats = kernel.compiled_stats()
+        out.n_regs = stats.get("n_regs")
+        out.n_spills = stats.get("n_spills")
+        out.shared_bytes = stats.get("shared_bytes")
+        del inputs
+        phase = "check"
+        t0 = time.perf_counter()
+        res = check_config(kernel, axes, cfg, device=device, seed=req.get("seed", 0) + 1)
+        out.check_s = time.perf_counter() - t0
+        out.rel_errors = dict(res.errors)
+        if not res.ok:
+            raise WrongResult(res.detail)
+        phase = "measure"
+        t0 = time.perf_counter()
+        timing = measure_config(kernel, axes, cfg, n=int(req.get("measure_n", 30)),
+                                seed=req.get("seed", 0), device=device)
+        out.measure_s = time.perf_counter() - t0
+        out.timing = timing.as_dict()
+        out.ok = True
+    except InvalidConfig as exc:
+        out.failure_kind, out.message = FailureKind.INVALID_CONFIG.value, str(exc)
+    except Exception as exc:  # every failure of a candidate becomes a typed outcome
+        typed = classify(exc)
+        out.failure_kind = typed.kind.value
+        out.message = f"{phase}: {typed}"
+        log.debug("trial failed in %s: %s", phase, traceback.format_exc())
+    return out.as_dict()
+
+
+def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
+    from kernels import get_kernel
+    from kernels.measure import measure_reference
+
+    kernel = get_kernel(req["kernel"])
+    t = measure_reference(kernel, req["axes"], compiled=bool(req.get("compiled")),
+                          n=int(req.get("n", 30)))
+    return t.as_dict()
+
+
+def _child_main(conn: Any, modules: Sequence[str]) -> None:
+    """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU)."""
+    _import_modules(modules)
+    from kernels.device import device_info, versions
+
+    conn.send({"op": "ready", "pid": os.getpid(), "device": device_info(),
+               "versions": versions()})
+    while True:
+        try:
+            req = conn.recv()
+        except (EOFError, OSError):
+            return
+        op = req.get("op")
+        try:
+            if op == "trial":
+                res = _run_trial(req)
+                conn.send(res)
+                if res.get("failure_kind") == FailureKind.CRASH.value:
+                    return  # the CUDA context may be poisoned: let the parent start a fresh one
+            elif op == "reference":
+                conn.send({"ok": True, "timing": _run_reference(req)})
+            elif op == "bandwidth":
+                from kernels.measure import copy_bandwidth
+
+                conn.send({"ok": True, "value": copy_bandwidth()})
+            else:
+                conn.send({"ok": False, "error": f"unknown op {op!r}"})
+        except Exception as exc:
+            conn.send({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile-ahead pool side
+# ---------------------------------------------------------------------------------------------
+def _compile_init(modules: Sequence[str]) -> None:
+    _import_modules(modules)
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.run
+
+    def warmup_only(self, *args, grid, warmup, **kwargs):  # compile and cache, never launch
+        return original(self, *args, grid=grid, warmup=True, **kwargs)
+
+    JITFunction.run = warmup_only
+
+
+def _compile_one(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
+    from kernels import get_kernel
+    from kernels.device import default_device
+
+    kernel = get_kernel(kernel_name)
+    t0 = time.perf_counter()
+    cfg = kernel.validate_config(config)
+    inputs = kernel.make_inputs(axes, seed=0, distribution="benchmark", device=default_device())
+    kernel.launch(*inputs, config=cfg)
+    return time.perf_counter() - t0
+
+
+def _key(kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> str:
+    return json.dumps([kernel, dict(sorted(axes.items())), dict(sorted(config.items()))],
+                      sort_keys=True, default=str)
+
+
+class TrialRunner:
+    """Runs trials in a kept-alive child process; replaces it after a crash or a timeout.
+
+    `kernel_modules` are imported in every child before the first trial (a module that registers
+    extra kernels, e.g. a test's). `compile_workers` sizes the compile-ahead pool on a GPU
+    (None: one per CPU core up to 16; 0: off); under the Triton interpreter it is always off.
+    """
+
+    def __init__(self, *, trial_timeout_s: float = 120.0, kernel_modules: Sequence[str] = (),
+                 compile_workers: int | None = None, startup_timeout_s: float = _STARTUP_TIMEOUT_S):
+        if trial_timeout_s <= 0:
+            raise ValueError("trial_timeout_s: must be positive")
+        if compile_workers is not None and compile_workers < 0:
+            raise ValueError("compile_workers: must be >= 0")
+        self.trial_timeout_s = float(trial_timeout_s)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.kernel_modules = tuple(kernel_modules)
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self.device_info: dict[str, Any] | None = None
+        self.versions: dict[str, str] | None = None
+        self.restarts = 0
+        self._requested_workers = compile_workers
+        self._pool: cf.ProcessPoolExecutor | None = None
+        self._pending: dict[str, cf.Future] = {}
+        self._bandwidth: float | None | bool = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "TrialRunner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the child and the compile pool."""
+        self._stop_child()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._pending.clear()
+
+    def _stop_child(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        if self._proc is not None:
+            self._proc.join(timeout=2)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(timeout=5)
+        self._proc = self._conn = None
+
+    def _kill_child(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        self._proc = self._conn = None
+        self.restarts += 1
+
+    def start(self) -> None:
+        """Start the child now (otherwise the first trial starts it) and learn its device."""
+        if self._proc is not None and self._proc.is_alive():
+            return
+        self._stop_child()
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_child_main, args=(child, self.kernel_modules),
+                                 name="ks-trial-runner", daemon=True)
+        proc.start()
+        child.close()
+        if not parent.poll(self.startup_timeout_s):
+            proc.kill()
+            raise RuntimeError(f"trial runner did not start within {self.startup_timeout_s:.0f} s")
+        try:
+            hello = parent.recv()
+        except EOFError:
+            proc.join(timeout=5)
+            raise RuntimeError(f"trial runner died while starting (exit code {proc.exitcode})") from None
+        self._proc, self._conn = proc, parent
+        self.device_info = hello["device"]
+        self.versions = hello["versions"]
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def on_gpu(self) -> bool:
+        if self.device_info is None:
+            self.start()
+        return not bool(self.device_info and self.device_info.get("interpreter"))
+
+    @property
+    def device_name(self) -> str:
+        if self.device_info is None:
+            self.start()
+        return str(self.device_info["name"])
+
+    # -- compile ahead ---------------------------------------------------------------------
+    @property
+    def compile_workers(self) -> int:
+        if not self.on_gpu:
+            return 0
+        if self._requested_workers is not None:
+            return self._requested_workers
+        return max(1, min(16, (os.cpu_count() or 2) - 1))
+
+    def prefetch(self, kernel: str, axes: Mapping[str, int], configs: Sequence[Mapping[str, Any]]) -> int:
+        """Compile these configs in the background pool; returns how many were submitted."""
+        n = self.compile_workers
+        if n == 0:
+            return 0
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self._ctx,
+                                                initializer=_compile_init,
+                                                initargs=(self.kernel_modules,))
+        submitted = 0
+        for cfg in configs:
+            k = _key(kernel, axes, cfg)
+            if k in self._pending:
+                continue
+            try:
+                self._pending[k] = self._pool.submit(_compile_one, kernel, dict(axes), dict(cfg))
+            except cf.BrokenExecutor:
+                self._pool = None
+                self._pending.clear()
+                return submitted
+            submitted += 1
+        return submitted
+
+    def _wait_compiled(self, kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
+        fut = self._pending.pop(_key(kernel, axes, config), None)
+        if fut is None:
+            return 0.0
+        t0 = time.perf_counter()
+        try:
+            fut.result(timeout=self.trial_timeout_s)
+        except cf.BrokenExecutor:
+            # A compiler crash took the pool down: the child will meet the same failure, typed.
+            self._pool = None
+            self._pending.clear()
+        except Exception:  # a compile error: the child reports it as a typed failure
+            pass
+        return time.perf_counter() - t0
+
+    # -- trials ----------------------------------------------------------------------------
+    def run(self, kernel: str, axes: Mapping[str, int], config: Mapping[str, Any], *,
+            measure_n: int = 30, seed: int = 0, timeout_s: float | None = None) -> TrialOutcome:
+        """Validate, compile, check and measure one config; never raises for a bad candidate."""
+        if measure_n < 1:
+            raise ValueError("measure_n: need at least one timed call")
+        wait = self._wait_compiled(kernel, axes, config)
+        self.start()
+        limit = float(timeout_s) if timeout_s is not None else self.trial_timeout_s
+        req = {"op": "trial", "kernel": kernel, "axes": dict(axes), "config": dict(config),
+               "measure_n": int(measure_n), "seed": int(seed)}
+        try:
+            self._conn.send(req)
+        except (BrokenPipeError, OSError):
+            self._kill_child()
+            self.start()
+            self._conn.send(req)
+        if not self._conn.poll(limit):
+            self._kill_child()
+            return TrialOutcome.failure(FailureKind.TIMEOUT,
+                                        f"trial exceeded {limit:g} s; runner process killed",
+                                        compile_wait_s=wait)
+        try:
+            res = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._proc.exitcode if self._proc is not None else None
+            if self._proc is not None:
+                self._proc.join(timeout=5)
+                code = self._proc.exitcode
+            self._kill_child()
+            return TrialOutcome.failure(FailureKind.CRASH,
+                                        f"runner process died (exit code {code})",
+                                        compile_wait_s=wait)
+        out = TrialOutcome.from_dict(res)
+        out.compile_wait_s = wait
+        if out.failure_kind == FailureKind.CRASH.value:
+            self._kill_child()
+        return out
+
+    def _request(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        self.start()
+        self._conn.send(req)
+        if not self._conn.poll(timeout_s):
+            self._kill_child()
+            raise TimeoutError(f"{req['op']}: no answer within {timeout_s:g} s")
+        try:
+            res = self._conn.recv()
+        except EOFError:
+            self._kill_child()
+            raise RuntimeError(f"{req['op']}: runner process died") from None
+        if not res.get("ok"):
+            raise RuntimeError(f"{req['op']}: {res.get('error')}")
+        return res
+
+    def measure_reference(self, kernel: str, axes: Mapping[str, int], *, compiled: bool = False,
+                          n: int = 30, timeout_s: float = 600.0) -> dict[str, Any]:
+        """Timing of the PyTorch reference (eager, or torch.compile), measured as trials are."""
+        return self._request({"op": "reference", "kernel": kernel, "axes": dict(axes),
+                              "compiled": compiled, "n": n}, timeout_s)["timing"]
+
+    def copy_bandwidth(self) -> float | None:
+        """Device copy bandwidth in bytes/s (None under the interpreter); measured once."""
+        if self._bandwidth is False:
+            self._bandwidth = None
+            if self.on_gpu:
+                self._bandwidth = float(self._request({"op": "bandwidth"}, 120.0)["value"])
+        return self._bandwidth  # type: ignore[return-value]
+
+
+__all__ = ["TrialRunner", "TrialOutcome"]

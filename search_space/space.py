@@ -1,0 +1,362 @@
+"""A kernel's search space as data: parameters, conditions, constraints (spaces/<kernel>.toml).
+
+The space is a subset of what the kernel accepts, so the kernel's own `validate_config` stays the
+last word: `violation()` asks the space's constraints first and the kernel second, and `grid()`
+keeps only configs both accept. Samplers therefore never spend a compile on a config the kernel
+would reject.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import optuna
+
+from kernels import get_kernel
+from kernels.errors import InvalidConfig
+from kernels.spec import KernelDef, _member
+
+from .safe_expr import ExprError, SafeExpr
+
+# Optuna parameter name of an ordinal parameter: its index into the choices, so that TPE, GP and
+# CMA-ES see the order of e.g. block sizes instead of unrelated categories.
+IDX_SUFFIX = "__idx"
+
+
+class SpaceError(ValueError):
+    """A space file that does not fit its kernel (unknown name, value the kernel rejects, ...)."""
+
+
+@dataclass(frozen=True)
+class SpaceParam:
+    """One searched parameter: its choices (a subset of the kernel's) and when it is active."""
+
+    name: str
+    choices: tuple[Any, ...]
+    ordinal: bool = False
+    requires: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def active(self, config: Mapping[str, Any]) -> bool:
+        return all(k in config and _member(config[k], v) for k, v in self.requires.items())
+
+    @property
+    def optuna_name(self) -> str:
+        return self.name + IDX_SUFFIX if self.ordinal else self.name
+
+    def to_optuna(self, value: Any) -> Any:
+        if not _member(value, self.choices):
+            raise InvalidConfig(f"parameter {self.name!r}: {value!r} is outside the search space "
+                                f"{list(self.choices)}")
+        return self.index(value) if self.ordinal else value
+
+    def index(self, value: Any) -> int:
+        for i, c in enumerate(self.choices):
+            if isinstance(c, bool) == isinstance(value, bool) and c == value:
+                return i
+        raise InvalidConfig(f"parameter {self.name!r}: {value!r} not in {list(self.choices)}")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A rule over parameter values that must hold; `message` says why a config is rejected."""
+
+    expr: SafeExpr
+    message: str
+
+    def check(self, env: Mapping[str, Any]) -> str | None:
+        # A constraint over a parameter that is inactive in this config does not apply.
+        if not self.expr.names <= set(env):
+            return None
+        return None if self.expr.evaluate(env) else f"{self.message} ({self.expr.text})"
+
+
+class SearchSpace:
+    """The searched subset of a kernel's configs; built by `load_space` or `from_dict`."""
+
+    def __init__(self, kernel: KernelDef, params: tuple[SpaceParam, ...],
+                 constraints: tuple[Constraint, ...] = (), reduced: Mapping[str, list] | None = None,
+                 description: str = ""):
+        self.kernel = kernel
+        self.params = params
+        self.constraints = constraints
+        self.reduced_choices = dict(reduced or {})
+        self.description = description
+        self._validate()
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], kernel: KernelDef | None = None) -> "SearchSpace":
+        """Build from the parsed TOML document (keys: kernel, param[], constraint[], reduced)."""
+        if kernel is None:
+            if "kernel" not in doc:
+                raise SpaceError("space: missing 'kernel'")
+            try:
+                kernel = get_kernel(doc["kernel"])
+            except KeyError as exc:
+                raise SpaceError(str(exc)) from None
+        elif doc.get("kernel", kernel.name) != kernel.name:
+            raise SpaceError(f"space: written for {doc['kernel']!r}, not {kernel.name!r}")
+        params = []
+        for i, p in enumerate(doc.get("param", [])):
+            if "name" not in p:
+                raise SpaceError(f"space {kernel.name}: param #{i} has no 'name'")
+            params.append(SpaceParam(name=p["name"], choices=_choices(kernel.name, p),
+                                     ordinal=bool(p.get("ordinal", False)),
+                                     requires={k: tuple(v) for k, v in p.get("requires", {}).items()}))
+        constraints = []
+        for i, c in enumerate(doc.get("constraint", [])):
+            if "expr" not in c or "message" not in c:
+                raise SpaceError(f"space {kernel.name}: constraint #{i} needs 'expr' and 'message'")
+            try:
+                constraints.append(Constraint(SafeExpr(c["expr"]), str(c["message"])))
+            except ExprError as exc:
+                raise SpaceError(f"space {kernel.name}: constraint #{i}: {exc}") from None
+        return cls(kernel, tuple(params), tuple(constraints), doc.get("reduced"),
+                   str(doc.get("description", "")))
+
+    def _validate(self) -> None:
+        k = self.kernel
+        seen: list[str] = []
+        for p in self.params:
+            try:
+                kp = k.param(p.name)
+            except InvalidConfig as exc:
+                raise SpaceError(f"space {k.name}: {exc}") from None
+            if p.name in seen:
+                raise SpaceError(f"space {k.name}: parameter {p.name!r} listed twice")
+            if not p.choices:
+                raise SpaceError(f"space {k.name}: parameter {p.name!r} has no choices")
+            for v in p.choices:
+                if not _member(v, kp.choices):
+                    raise SpaceError(f"space {k.name}: parameter {p.name!r} choice {v!r} is not "
+                                     f"accepted by the kernel ({list(kp.choices)})")
+            if p.ordinal and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                     for v in p.choices):
+                raise SpaceError(f"space {k.name}: ordinal parameter {p.name!r} needs numbers")
+            for dep, vals in p.requires.items():
+                if dep not in seen:
+                    raise SpaceError(f"space {k.name}: {p.name!r} requires {dep!r}, which must be "
+                                     "an earlier parameter of the space")
+            # The space may switch a parameter off more often than the kernel, never less.
+            for dep, vals in kp.requires.items():
+                if dep not in p.requires or not set(p.requires[dep]) <= set(vals):
+                    raise SpaceError(f"space {k.name}: {p.name!r} must require {dep} in "
+                                     f"{list(vals)} as the kernel does")
+            seen.append(p.name)
+        known = {kp.name for kp in k.params}
+        for c in self.constraints:
+            unknown = c.expr.names - known
+            if unknown:
+                raise SpaceError(f"space {k.name}: constraint {c.expr.text!r} names unknown "
+                                 f"parameter(s) {', '.join(sorted(unknown))}")
+        for name, vals in self.reduced_choices.items():
+            p = self.param(name)
+            for v in vals:
+                if not _member(v, p.choices):
+                    raise SpaceError(f"space {k.name}: reduced {name!r} value {v!r} not in the space")
+
+    # -- lookup ----------------------------------------------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def param(self, name: str) -> SpaceParam:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise SpaceError(f"space {self.kernel.name}: no parameter {name!r}; searched: "
+                         f"{', '.join(self.names)}")
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Short hash of the space's content: a changed space is a different experiment."""
+        doc = self.describe()
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+
+    def describe(self) -> dict[str, Any]:
+        return {"kernel": self.kernel.name,
+                "params": [{"name": p.name, "choices": list(p.choices), "ordinal": p.ordinal,
+                            "requires": {k: list(v) for k, v in p.requires.items()}}
+                           for p in self.params],
+                "constraints": [{"expr": c.expr.text, "message": c.message} for c in self.constraints],
+                "size": len(self.grid())}
+
+    # -- configs ---------------------------------------------------------------------------
+    def _env(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Values the constraints see: the config, with the kernel's fixed defaults for the rest."""
+        env = dict(config)
+        defaults = {kp.name: kp.default for kp in self.kernel.params}
+        for kp in self.kernel.params:
+            if kp.name not in env and kp.name not in self.names and kp.active({**defaults, **env}):
+                env[kp.name] = kp.default
+        return env
+
+    def violation(self, config: Mapping[str, Any]) -> str | None:
+        """Why this config is rejected before compiling (space, then kernel), or None."""
+        for p in self.params:
+            if p.name in config and p.active(config) and not _member(config[p.name], p.choices):
+                return f"parameter {p.name!r}={config[p.name]!r} is outside the search space"
+            if p.name in config and not p.active(config):
+                conds = ", ".join(f"{k} in {list(v)}" for k, v in p.requires.items())
+                return f"parameter {p.name!r} only applies when {conds}"
+        env = self._env(config)
+        for c in self.constraints:
+            try:
+                msg = c.check(env)
+            except (ExprError, ArithmeticError, TypeError) as exc:
+                msg = f"constraint {c.expr.text!r} cannot be evaluated: {exc}"
+            if msg:
+                return msg
+        try:
+            self.kernel.validate_config(config)
+        except InvalidConfig as exc:
+            return str(exc)
+        return None
+
+    def canonical(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The kernel's full, canonical form of a config (defaults filled in)."""
+        return self.kernel.validate_config(config)
+
+    def key(self, config: Mapping[str, Any]) -> str:
+        """A stable text key of a config, equal for configs the kernel treats as the same."""
+        return json.dumps(self.canonical(config), sort_keys=True)
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
+        """Define-by-run: each active parameter through the trial, with fixed choices."""
+        cfg: dict[str, Any] = {}
+        for p in self.params:
+            if not p.active(cfg):
+                continue
+            if p.ordinal:
+                i = trial.suggest_int(p.optuna_name, 0, len(p.choices) - 1)
+                cfg[p.name] = p.choices[i]
+            else:
+                cfg[p.name] = trial.suggest_categorical(p.optuna_name, list(p.choices))
+        return cfg
+
+    def to_params(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Optuna parameters that make `suggest` return this config (for enqueue_trial)."""
+        full = self.canonical(config)
+        out: dict[str, Any] = {}
+        cfg: dict[str, Any] = {}
+        for p in self.params:
+            if not p.active(cfg):
+                continue
+            cfg[p.name] = full.get(p.name, self.kernel.param(p.name).default)
+            out[p.optuna_name] = p.to_optuna(cfg[p.name])
+        for kp in self.kernel.params:
+            if kp.name not in self.names and kp.name in full and full[kp.name] != kp.default:
+                raise InvalidConfig(f"parameter {kp.name!r}={full[kp.name]!r}: the space keeps it "
+                                    f"at {kp.default!r}")
+        return out
+
+    def config_of(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The config a trial's Optuna parameters stand for (inverse of `to_params`)."""
+        cfg: dict[str, Any] = {}
+        for p in self.params:
+            if p.active(cfg) and p.optuna_name in params:
+                v = params[p.optuna_name]
+                cfg[p.name] = p.choices[int(v)] if p.ordinal else v
+        return cfg
+
+    def _enumerate(self) -> Iterator[dict[str, Any]]:
+        def rec(i: int, cfg: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            if i == len(self.params):
+                yield dict(cfg)
+                return
+            p = self.params[i]
+            if not p.active(cfg):
+                yield from rec(i + 1, cfg)
+                return
+            for v in p.choices:
+                cfg[p.name] = v
+                yield from rec(i + 1, cfg)
+            del cfg[p.name]
+        yield from rec(0, {})
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every config of the space that the constraints and the kernel accept, in a fixed order."""
+        if "_grid" not in self.__dict__:
+            self.__dict__["_grid"] = [c for c in self._enumerate() if self.violation(c) is None]
+        return [dict(c) for c in self.__dict__["_grid"]]
+
+    def size(self) -> int:
+        return len(self.grid())
+
+    def restrict(self, choices: Mapping[str, list]) -> "SearchSpace":
+        """A smaller space with the given parameters limited to the given values."""
+        params = []
+        for p in self.params:
+            if p.name in choices:
+                keep = tuple(v for v in p.choices if _member(v, tuple(choices[p.name])))
+                if len(keep) != len(choices[p.name]):
+                    raise SpaceError(f"restrict: {p.name!r} values {choices[p.name]} not all in "
+                                     f"{list(p.choices)}")
+                params.append(SpaceParam(p.name, keep, p.ordinal, p.requires))
+            else:
+                params.append(p)
+        unknown = set(choices) - set(self.names)
+        if unknown:
+            raise SpaceError(f"restrict: unknown parameter(s) {', '.join(sorted(unknown))}")
+        return SearchSpace(self.kernel, tuple(params), self.constraints, None, self.description)
+
+    def reduced(self) -> "SearchSpace":
+        """The space file's [reduced] subset, meant for the exhaustive-grid experiment."""
+        if not self.reduced_choices:
+            return self
+        return self.restrict(self.reduced_choices)
+
+
+def _choices(kernel: str, p: Mapping[str, Any]) -> tuple[Any, ...]:
+    if "choices" in p and "range" in p:
+        raise SpaceError(f"space {kernel}: {p['name']!r} has both 'choices' and 'range'")
+    if "choices" in p:
+        return tuple(p["choices"])
+    if "range" in p:
+        r = p["range"]
+        try:
+            low, high = int(r["low"]), int(r["high"])
+        except (KeyError, TypeError, ValueError):
+            raise SpaceError(f"space {kernel}: {p['name']!r} range needs integer 'low' and 'high'") from None
+        if low > high or low < 0:
+            raise SpaceError(f"space {kernel}: {p['name']!r} range low={low} high={high} is empty")
+        if r.get("pow2"):
+            vals = [v for v in (1 << e for e in range(0, 63)) if low <= v <= high]
+        else:
+            step = int(r.get("step", 1))
+            if step < 1:
+                raise SpaceError(f"space {kernel}: {p['name']!r} range step must be >= 1")
+            vals = list(range(low, high + 1, step))
+        return tuple(vals)
+    raise SpaceError(f"space {kernel}: {p['name']!r} needs 'choices' or 'range'")
+
+
+def space_path(kernel: str) -> Path:
+    return Path(str(resources.files("search_space").joinpath("spaces", f"{kernel}.toml")))
+
+
+def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
+    """The search space of a kernel, from the packaged TOML file (or `path`)."""
+    p = Path(path) if path is not None else space_path(kernel)
+    if not p.is_file():
+        raise SpaceError(f"no search space for kernel {kernel!r} (looked for {p})")
+    with p.open("rb") as f:
+        try:
+            doc = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise SpaceError(f"{p}: {exc}") from None
+    try:
+        kdef = get_kernel(kernel)
+    except KeyError as exc:
+        raise SpaceError(str(exc)) from None
+    return SearchSpace.from_dict(doc, kdef)
+
+
+__all__ = ["SearchSpace", "SpaceParam", "Constraint", "SpaceError", "load_space", "space_path",
+           "IDX_SUFFIX"]

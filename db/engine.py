@@ -1,0 +1,177 @@
+"""Engines for SQLite and PostgreSQL, Alembic run from code, and the schema check at startup."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, exc, make_url, text
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import StaticPool
+
+from .errors import SchemaBehind, StoreUnavailable
+
+VERSION_TABLE = "ks_alembic_version"
+UPGRADE_HINT = "run `kernelsearch db upgrade`"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_CONNECT_TIMEOUT_S = 5
+# Any constant works: it only has to be the same for every process upgrading one database.
+_PG_MIGRATION_LOCK = 0x6B735F6D6967
+
+
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _is_memory(url: URL) -> bool:
+    return url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:")
+
+
+def make_engine(url: str) -> Engine:
+    """An engine with the settings each backend needs to be safe under concurrent workers.
+
+    SQLite: the file's folder is created, WAL journal, a busy timeout, foreign keys on, and
+    transactions begun by us (`BEGIN`, or `BEGIN IMMEDIATE` for connections carrying the
+    `ks_write` execution option) so that a read-then-write never fails on a stale snapshot.
+    PostgreSQL (psycopg 3): pre-ping and a short connect timeout, so an unreachable server
+    answers quickly instead of hanging a request.
+    """
+    if not isinstance(url, str) or not url:
+        raise ValueError("url: expected a SQLAlchemy database URL string")
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError as e:
+        raise ValueError(f"url: not a database URL ({e})") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(parsed)
+    if backend == "postgresql":
+        connect_args: dict[str, Any] = {}
+        if "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+    raise ValueError(f"url: unsupported database {backend!r}; use sqlite:/// or postgresql+psycopg://")
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    memory = _is_memory(url)
+    if not memory:
+        Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    kwargs: dict[str, Any] = {}
+    if memory:
+        kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Stop pysqlite's own implicit BEGIN; the "begin" hook below emits ours.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        if not memory:
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get("ks_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn driver failures into the store's typed errors (unreachable -> StoreUnavailable,
+    missing tables -> SchemaBehind)."""
+    try:
+        yield
+    except exc.DBAPIError as e:
+        if _missing_table(e):
+            raise SchemaBehind(
+                f"the database has none of kernelsearch's tables or an old schema; {UPGRADE_HINT}"
+            ) from e
+        if isinstance(e, (exc.OperationalError, exc.InterfaceError)) or e.connection_invalidated:
+            raise StoreUnavailable(f"database unavailable: {_first_line(e.orig)}") from e
+        raise
+    except exc.TimeoutError as e:
+        raise StoreUnavailable(f"database unavailable: connection pool exhausted ({e})") from e
+
+
+def _missing_table(e: exc.DBAPIError) -> bool:
+    msg = str(e.orig)
+    if "no such table" in msg or "no such column" in msg:
+        return True
+    return getattr(e.orig, "sqlstate", None) in ("42P01", "42703")
+
+
+def _first_line(err: BaseException | None) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def alembic_config(connection: Any | None = None, url: str | None = None) -> Config:
+    """Alembic's Config for the migrations shipped inside the `db` package."""
+    pkg = _package_dir()
+    cfg = Config(str(pkg / "alembic.ini"))
+    cfg.set_main_option("script_location", str(pkg / "migrations"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    if url is not None:
+        cfg.attributes["url"] = url
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest migration this code ships."""
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    return heads[0]
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision stamped in the database's `ks_alembic_version` table (None: not migrated)."""
+    with translate_errors(), engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        heads = ctx.get_current_heads()
+    return heads[0] if heads else None
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Run the project's migrations up to `revision` (Optuna's tables are left alone).
+
+    On PostgreSQL an advisory lock makes concurrent upgrades (several replicas starting at once)
+    wait for each other instead of racing on CREATE TABLE.
+    """
+    engine = make_engine(url)
+    try:
+        with translate_errors(), engine.connect() as conn:
+            conn = conn.execution_options(ks_write=True)
+            with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                command.upgrade(alembic_config(connection=conn), revision)
+    finally:
+        engine.dispose()
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise SchemaBehind unless the database is at this code's newest migration."""
+    head = head_revision()
+    current = current_revision(engine)
+    if current == head:
+        return
+    if current is None:
+        raise SchemaBehind(f"the database has no kernelsearch schema (expected {head}); {UPGRADE_HINT}")
+    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if current not in known:
+        raise SchemaBehind(
+            f"the database is at revision {current}, unknown to this code (newer?); "
+            f"upgrade kernelsearch, or {UPGRADE_HINT} with the newer code"
+        )
+    raise SchemaBehind(f"the database is at revision {current}, behind {head}; {UPGRADE_HINT}")

@@ -1,0 +1,235 @@
+"""The project's tables, all prefixed `ks_` so they share a database with Optuna's own.
+
+Only `db.store` reads and writes these; other layers see plain dataclass views.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Stable constraint names: Alembic's batch mode on SQLite and later migrations need them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+TABLE_PREFIX = "ks_"
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+TIMING_METHODS = ("cupti", "interpreter-wallclock")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both databases (SQLite stores naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
+
+
+class Device(Base):
+    """A device as `torch.cuda.get_device_name()` names it (records are keyed by the name)."""
+
+    __tablename__ = "ks_devices"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    compute_capability: Mapped[str | None] = mapped_column(String(16))
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    multiprocessors: Mapped[int | None] = mapped_column(Integer)
+    cuda_version: Mapped[str | None] = mapped_column(String(32))
+    driver_version: Mapped[str | None] = mapped_column(String(32))
+    interpreter: Mapped[bool] = mapped_column(Boolean, default=False)
+    info: Mapped[dict[str, Any] | None]
+    first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Kernel(Base):
+    __tablename__ = "ks_kernels"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Case(Base):
+    """A workload case of a kernel, identified by its axes (suite or custom).
+
+    `axes_key` is the canonical JSON of the axes (sorted keys), so equality is a string match.
+    `work` (bytes the case moves) is what "nearest case" is measured in.
+    """
+
+    __tablename__ = "ks_cases"
+    __table_args__ = (UniqueConstraint("kernel_id", "axes_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("ks_kernels.id", ondelete="CASCADE"))
+    axes: Mapped[dict[str, Any]]
+    axes_key: Mapped[str] = mapped_column(String(500))
+    work: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    """A tuning job in the queue; a worker claims it with a lease renewed by heartbeats."""
+
+    __tablename__ = "ks_jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')", name="status"
+        ),
+        Index("ix_ks_jobs_status_id", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("ks_kernels.id"))
+    cases: Mapped[list[Any]]
+    n_trials: Mapped[int] = mapped_column(Integer)
+    sampler: Mapped[str] = mapped_column(String(32))
+    timeout_s: Mapped[float | None] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    device: Mapped[str | None] = mapped_column(String(200))
+    best: Mapped[dict[str, Any] | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    owner: Mapped[str | None] = mapped_column(String(200))
+    heartbeat_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    current_case: Mapped[dict[str, Any] | None]
+
+
+class Record(Base):
+    """A tuned result for (kernel, case, device). At most one is current per key; the others are
+    history, each pointing at the record that superseded it.
+
+    `job_id` is a plain number, not a foreign key: imported records keep the job id of the
+    database that tuned them. `fingerprint` hashes the measured content so re-imports are no-ops.
+    """
+
+    __tablename__ = "ks_records"
+    __table_args__ = (
+        Index(
+            "uq_ks_records_current",
+            "case_id",
+            "device_id",
+            unique=True,
+            sqlite_where=text("is_current = 1"),
+            postgresql_where=text("is_current"),
+        ),
+        Index("ix_ks_records_kernel_device", "kernel_id", "device_id", "is_current"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("ks_kernels.id"))
+    case_id: Mapped[int] = mapped_column(ForeignKey("ks_cases.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("ks_devices.id"))
+    device_info: Mapped[dict[str, Any] | None]
+    torch_version: Mapped[str] = mapped_column(String(64))
+    triton_version: Mapped[str] = mapped_column(String(64))
+    source_hash: Mapped[str] = mapped_column(String(128))
+    config: Mapped[dict[str, Any]]
+    latency_median_us: Mapped[float] = mapped_column(Float)
+    latency_min_us: Mapped[float] = mapped_column(Float)
+    latency_max_us: Mapped[float] = mapped_column(Float)
+    latency_iqr_us: Mapped[float] = mapped_column(Float)
+    timing_method: Mapped[str] = mapped_column(String(32))
+    roofline_pct: Mapped[float | None] = mapped_column(Float)
+    speedup_eager: Mapped[float | None] = mapped_column(Float)
+    speedup_compile: Mapped[float | None] = mapped_column(Float)
+    rel_error: Mapped[float] = mapped_column(Float)
+    n_trials: Mapped[int] = mapped_column(Integer)
+    n_failed: Mapped[int] = mapped_column(Integer)
+    study_name: Mapped[str | None] = mapped_column(String(300))
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    tuned_at: Mapped[datetime]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    is_current: Mapped[bool] = mapped_column(Boolean)
+    superseded_at: Mapped[datetime | None]
+    superseded_by: Mapped[int | None] = mapped_column(ForeignKey("ks_records.id"))
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+
+
+class TrialSummary(Base):
+    """One Optuna trial's outcome, keyed by the study's name and Optuna's trial number."""
+
+    __tablename__ = "ks_trials"
+    __table_args__ = (
+        UniqueConstraint("study_name", "trial_number"),
+        Index("ix_ks_trials_case_device", "case_id", "device_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_name: Mapped[str] = mapped_column(String(300))
+    trial_number: Mapped[int] = mapped_column(Integer)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("ks_kernels.id"))
+    case_id: Mapped[int] = mapped_column(ForeignKey("ks_cases.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("ks_devices.id"))
+    state: Mapped[str] = mapped_column(String(16))
+    config: Mapped[dict[str, Any]]
+    latency_median_us: Mapped[float | None] = mapped_column(Float)
+    failure_kind: Mapped[str | None] = mapped_column(String(32))
+    message: Mapped[str | None] = mapped_column(Text)
+    extra: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Counter(Base):
+    """Named counters; `records` is bumped with every change to records (cache invalidation).
+
+    Locking a counter's row also serialises the writers that must not interleave on PostgreSQL.
+    """
+
+    __tablename__ = "ks_counters"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)

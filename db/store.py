@@ -1,0 +1,1034 @@
+"""The facade every other layer uses: one method, one transaction, plain views out.
+
+Concurrency rules (both SQLite and PostgreSQL):
+- writes on SQLite start with `BEGIN IMMEDIATE` (see db.engine), so they are serialised;
+- a job is claimed by one conditional UPDATE whose subquery takes the row `FOR UPDATE SKIP
+  LOCKED` on PostgreSQL, and whose outer WHERE repeats the condition (atomic on SQLite);
+- writers of records lock the `records` counter row first, so "read the current best, compare,
+  replace" never interleaves; a partial unique index keeps at most one current record per key.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, field_validator, model_validator
+from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.orm import Session, sessionmaker
+
+from .engine import make_engine, translate_errors
+from .errors import Conflict, ImportRejected
+from .models import (
+    JOB_STATUSES,
+    TIMING_METHODS,
+    Case,
+    Counter,
+    Device,
+    Job,
+    Kernel,
+    Record,
+    TrialSummary,
+    utcnow,
+)
+
+EXPORT_SCHEMA = "kernelsearch.records"
+EXPORT_VERSION = 1
+FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
+_RETRIES = 6
+T = TypeVar("T")
+
+
+def _iso(v: Any) -> Any:
+    return v.isoformat() if isinstance(v, datetime) else v
+
+
+def axes_key(axes: dict[str, int], *, arg: str = "axes") -> str:
+    """Canonical text of a case's axes (sorted keys), the way cases are matched."""
+    if not isinstance(axes, dict) or not axes:
+        raise ValueError(f"{arg}: expected a non-empty dict of axis name -> int, got {axes!r}")
+    for k, v in axes.items():
+        if not isinstance(k, str) or not k:
+            raise ValueError(f"{arg}: axis names must be non-empty strings, got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{arg}[{k!r}]: expected an int, got {v!r}")
+    return json.dumps(axes, sort_keys=True, separators=(",", ":"))
+
+
+# ----------------------------------------------------------------------------- views
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: int
+    kernel: str
+    cases: list[dict[str, int]]
+    n_trials: int
+    sampler: str
+    timeout_s: float | None
+    status: str
+    trials_done: int
+    device: str | None
+    best: dict[str, Any] | None
+    error: str | None
+    owner: str | None
+    heartbeat_at: datetime | None
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    current_case: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _iso(v) for k, v in asdict(self).items()}
+
+
+@dataclass(kw_only=True)
+class RecordIn:
+    """A tuned result to store; `work` is the bytes the case moves (for nearest-case lookups)."""
+
+    kernel: str
+    axes: dict[str, int]
+    work: float
+    device: str
+    torch_version: str
+    triton_version: str
+    source_hash: str
+    config: dict[str, Any]
+    latency_median_us: float
+    latency_min_us: float
+    latency_max_us: float
+    latency_iqr_us: float
+    timing_method: str
+    rel_error: float
+    n_trials: int
+    n_failed: int = 0
+    roofline_pct: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    study_name: str | None = None
+    job_id: int | None = None
+    device_info: dict[str, Any] | None = None
+    tuned_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordView:
+    id: int
+    kernel: str
+    axes: dict[str, int]
+    work: float | None
+    device: str
+    device_info: dict[str, Any] | None
+    torch_version: str
+    triton_version: str
+    source_hash: str
+    config: dict[str, Any]
+    latency_median_us: float
+    latency_min_us: float
+    latency_max_us: float
+    latency_iqr_us: float
+    timing_method: str
+    roofline_pct: float | None
+    speedup_eager: float | None
+    speedup_compile: float | None
+    rel_error: float
+    n_trials: int
+    n_failed: int
+    study_name: str | None
+    job_id: int | None
+    tuned_at: datetime
+    is_current: bool
+    superseded_at: datetime | None
+    superseded_by: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _iso(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """added: new records stored; superseded: current records an imported one replaced;
+    unchanged: entries already present (a second import of the same file is all unchanged)."""
+
+    added: int = 0
+    superseded: int = 0
+    unchanged: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _finite(v: float | None, name: str, *, positive: bool = False) -> float | None:
+    if v is None:
+        return v
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite")
+    if v < 0 or (positive and v == 0):
+        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}")
+    return v
+
+
+class RecordDoc(BaseModel):
+    """One record as exported; the same rules validate `RecordIn` before it is stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kernel: str
+    axes: dict[str, StrictInt]
+    work: float
+    device: str
+    device_info: dict[str, Any] | None = None
+    torch_version: str
+    triton_version: str
+    source_hash: str
+    config: dict[str, Any]
+    latency_median_us: float
+    latency_min_us: float
+    latency_max_us: float
+    latency_iqr_us: float
+    timing_method: Literal["cupti", "interpreter-wallclock"]
+    roofline_pct: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    rel_error: float
+    n_trials: StrictInt
+    n_failed: StrictInt = 0
+    study_name: str | None = None
+    job_id: StrictInt | None = None
+    tuned_at: datetime
+    # Present in exports for readers; ignored on import (the supersede rule decides them).
+    id: int | None = None
+    is_current: bool | None = None
+    superseded_at: datetime | None = None
+    superseded_by: int | None = None
+
+    @field_validator("kernel", "device", "torch_version", "triton_version", "source_hash")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, v: dict[str, int]) -> dict[str, int]:
+        axes_key(v)
+        return v
+
+    @field_validator("work", "latency_iqr_us", "rel_error", "roofline_pct")
+    @classmethod
+    def _non_negative(cls, v: float | None, info: Any) -> float | None:
+        return _finite(v, info.field_name)
+
+    @field_validator(
+        "latency_median_us", "latency_min_us", "latency_max_us", "speedup_eager", "speedup_compile"
+    )
+    @classmethod
+    def _positive(cls, v: float | None, info: Any) -> float | None:
+        return _finite(v, info.field_name, positive=True)
+
+    @field_validator("n_trials", "n_failed")
+    @classmethod
+    def _count(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    @field_validator("tuned_at")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        return (v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v).astimezone(timezone.utc)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RecordDoc:
+        if not self.latency_min_us <= self.latency_median_us <= self.latency_max_us:
+            raise ValueError("latencies must satisfy latency_min_us <= latency_median_us <= latency_max_us")
+        return self
+
+    def to_record_in(self) -> RecordIn:
+        names = {f.name for f in fields(RecordIn)}
+        return RecordIn(**{k: v for k, v in self.model_dump().items() if k in names})
+
+
+def _first_error(e: ValidationError) -> tuple[str, str]:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(entry)"
+    return loc, err["msg"]
+
+
+def _validated(rec: RecordIn) -> RecordIn:
+    if not isinstance(rec, RecordIn):
+        raise TypeError(f"rec: expected db.store.RecordIn, got {type(rec).__name__}")
+    try:
+        return RecordDoc.model_validate(asdict(rec)).to_record_in()
+    except ValidationError as e:
+        loc, msg = _first_error(e)
+        raise ValueError(f"rec.{loc}: {msg}") from None
+
+
+def _fingerprint(r: RecordIn) -> str:
+    """Hash of what a record measured; equal for the same record exported and re-imported."""
+    body = {
+        "kernel": r.kernel,
+        "axes": axes_key(r.axes),
+        "device": r.device,
+        "torch": r.torch_version,
+        "triton": r.triton_version,
+        "source": r.source_hash,
+        "config": r.config,
+        "lat": [r.latency_median_us, r.latency_min_us, r.latency_max_us, r.latency_iqr_us],
+        "method": r.timing_method,
+        "rel_error": r.rel_error,
+        "tuned_at": r.tuned_at.astimezone(timezone.utc).isoformat(timespec="microseconds"),
+    }
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_status(status: str | None, arg: str, allowed: tuple[str, ...] = JOB_STATUSES) -> None:
+    if status is not None and status not in allowed:
+        raise ValueError(f"{arg}: {status!r} is not one of {', '.join(allowed)}")
+
+
+def _check_name(v: Any, arg: str) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"{arg}: expected a non-empty string, got {v!r}")
+    return v
+
+
+def _retryable(e: sa_exc.DBAPIError) -> bool:
+    # PostgreSQL serialization failure / deadlock; unique races settle on a second try.
+    return isinstance(e, sa_exc.IntegrityError) or getattr(e.orig, "sqlstate", None) in ("40001", "40P01")
+
+
+# ----------------------------------------------------------------------------- store
+
+
+class Store:
+    """Jobs, records, devices and trial summaries in one SQL database (SQLite or PostgreSQL)."""
+
+    def __init__(self, url: str, *, _engine: Engine | None = None) -> None:
+        self.engine: Engine = _engine if _engine is not None else make_engine(url)
+        self.url: str = url
+        self._owns_engine = _engine is None
+        self._read = sessionmaker(bind=self.engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            bind=self.engine.execution_options(ks_write=True), expire_on_commit=False
+        )
+
+    @classmethod
+    def from_engine(cls, engine: Engine) -> Store:
+        return cls(engine.url.render_as_string(hide_password=False), _engine=engine)
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    # -- transactions --------------------------------------------------------------
+
+    def _tx(self, fn: Callable[[Session], T], *, write: bool) -> T:
+        """Run fn in one transaction; retry writes on PostgreSQL serialization/deadlock errors."""
+        maker = self._write if write else self._read
+        with translate_errors():
+            for attempt in range(_RETRIES):
+                try:
+                    with maker.begin() as s:
+                        return fn(s)
+                except sa_exc.DBAPIError as e:
+                    if write and _retryable(e) and attempt < _RETRIES - 1:
+                        time.sleep(0.01 * 2**attempt)
+                        continue
+                    if isinstance(e, sa_exc.IntegrityError):
+                        raise Conflict(f"write conflicted with another writer: {e.orig}") from e
+                    raise
+        raise AssertionError("unreachable")
+
+    def _insert(self, s: Session, table: Any) -> Any:
+        mod = pg_dialect if s.get_bind().dialect.name == "postgresql" else sqlite_dialect
+        return mod.insert(table)
+
+    def _lock_counter(self, s: Session, name: str) -> None:
+        # FOR UPDATE serialises writers on PostgreSQL; on SQLite BEGIN IMMEDIATE already did.
+        s.execute(select(Counter.value).where(Counter.name == name).with_for_update()).first()
+
+    def _bump(self, s: Session, name: str) -> None:
+        res = s.execute(update(Counter).where(Counter.name == name).values(value=Counter.value + 1))
+        if res.rowcount == 0:
+            s.add(Counter(name=name, value=1))
+
+    # -- health & devices ------------------------------------------------------------
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable when the database cannot be reached."""
+        with translate_errors(), self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+
+    def ensure_device(self, info: dict[str, Any]) -> int:
+        """Insert or refresh a device from `kernels.device.device_info()`; returns its id."""
+        if not isinstance(info, dict):
+            raise ValueError(f"info: expected a dict as device_info() returns, got {type(info).__name__}")
+        name = _check_name(info.get("name"), "info['name']")
+        return self._tx(lambda s: self._device_id(s, name, info), write=True)
+
+    def _device_id(self, s: Session, name: str, info: dict[str, Any] | None) -> int:
+        now = utcnow()
+        values: dict[str, Any] = {"name": name, "first_seen_at": now, "last_seen_at": now}
+        if info:
+            cc = info.get("compute_capability")
+            values.update(
+                compute_capability=str(cc) if cc is not None else None,
+                memory_bytes=info.get("memory_bytes"),
+                multiprocessors=info.get("multiprocessors"),
+                cuda_version=info.get("cuda_version"),
+                driver_version=info.get("driver_version"),
+                interpreter=bool(info.get("interpreter", False)),
+                info=info,
+            )
+        else:
+            values["interpreter"] = False
+        ins = self._insert(s, Device).values(**values)
+        refresh = {k: v for k, v in values.items() if k not in ("name", "first_seen_at")}
+        if not info:
+            refresh = {"last_seen_at": now}
+        stmt = ins.on_conflict_do_update(index_elements=["name"], set_=refresh).returning(Device.id)
+        return int(s.execute(stmt).scalar_one())
+
+    def _kernel_id(self, s: Session, name: str) -> int:
+        ins = self._insert(s, Kernel).values(name=name, created_at=utcnow())
+        s.execute(ins.on_conflict_do_nothing(index_elements=["name"]))
+        return int(s.execute(select(Kernel.id).where(Kernel.name == name)).scalar_one())
+
+    def _case_id(self, s: Session, kernel_id: int, axes: dict[str, int], work: float | None) -> int:
+        key = axes_key(axes)
+        ins = self._insert(s, Case).values(
+            kernel_id=kernel_id, axes=dict(axes), axes_key=key, work=work, created_at=utcnow()
+        )
+        s.execute(ins.on_conflict_do_nothing(index_elements=["kernel_id", "axes_key"]))
+        row = s.execute(
+            select(Case.id, Case.work).where(Case.kernel_id == kernel_id, Case.axes_key == key)
+        ).one()
+        if row.work is None and work is not None:
+            s.execute(update(Case).where(Case.id == row.id).values(work=work))
+        return int(row.id)
+
+    def list_devices(self) -> list[dict[str, Any]]:
+        """Every device seen, with how many current records it has."""
+
+        def q(s: Session) -> list[dict[str, Any]]:
+            n = (
+                select(Record.device_id, func.count().label("n"))
+                .where(Record.is_current.is_(True))
+                .group_by(Record.device_id)
+                .subquery()
+            )
+            rows = s.execute(
+                select(Device, func.coalesce(n.c.n, 0))
+                .outerjoin(n, n.c.device_id == Device.id)
+                .order_by(Device.name)
+            ).all()
+            return [
+                {
+                    "id": d.id,
+                    "name": d.name,
+                    "compute_capability": d.compute_capability,
+                    "memory_bytes": d.memory_bytes,
+                    "multiprocessors": d.multiprocessors,
+                    "cuda_version": d.cuda_version,
+                    "driver_version": d.driver_version,
+                    "interpreter": d.interpreter,
+                    "info": d.info,
+                    "first_seen_at": d.first_seen_at.isoformat(),
+                    "last_seen_at": d.last_seen_at.isoformat(),
+                    "n_records": int(count),
+                }
+                for d, count in rows
+            ]
+
+        return self._tx(q, write=False)
+
+    # -- jobs ------------------------------------------------------------------------
+
+    def _job_view(self, job: Job, kernel: str) -> JobView:
+        return JobView(
+            id=job.id,
+            kernel=kernel,
+            cases=list(job.cases),
+            n_trials=job.n_trials,
+            sampler=job.sampler,
+            timeout_s=job.timeout_s,
+            status=job.status,
+            trials_done=job.trials_done,
+            device=job.device,
+            best=job.best,
+            error=job.error,
+            owner=job.owner,
+            heartbeat_at=job.heartbeat_at,
+            attempts=job.attempts,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            current_case=job.current_case,
+        )
+
+    def _load_job(self, s: Session, job_id: int) -> JobView | None:
+        row = s.execute(
+            select(Job, Kernel.name).join(Kernel, Kernel.id == Job.kernel_id).where(Job.id == job_id)
+        ).first()
+        return None if row is None else self._job_view(row[0], row[1])
+
+    def create_job(
+        self,
+        kernel: str,
+        cases: list[dict[str, int]],
+        n_trials: int,
+        sampler: str,
+        timeout_s: float | None = None,
+        max_queued: int | None = None,
+    ) -> JobView:
+        """Queue a job; Conflict when `max_queued` jobs are already waiting."""
+        _check_name(kernel, "kernel")
+        _check_name(sampler, "sampler")
+        if not isinstance(cases, list) or not cases:
+            raise ValueError("cases: expected a non-empty list of axes dicts")
+        for i, c in enumerate(cases):
+            axes_key(c, arg=f"cases[{i}]")
+        if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+            raise ValueError(f"n_trials: expected an int >= 1, got {n_trials!r}")
+        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+            raise ValueError(f"timeout_s: expected a number > 0 or None, got {timeout_s!r}")
+        if max_queued is not None and (not isinstance(max_queued, int) or max_queued < 0):
+            raise ValueError(f"max_queued: expected an int >= 0 or None, got {max_queued!r}")
+
+        def tx(s: Session) -> JobView:
+            self._lock_counter(s, "jobs")
+            if max_queued is not None:
+                queued = s.execute(select(func.count()).where(Job.status == "queued")).scalar_one()
+                if queued >= max_queued:
+                    raise Conflict(
+                        f"{queued} jobs are already queued (limit {max_queued}); "
+                        "wait for some to finish or cancel them"
+                    )
+            job = Job(
+                kernel_id=self._kernel_id(s, kernel),
+                cases=[dict(c) for c in cases],
+                n_trials=n_trials,
+                sampler=sampler,
+                timeout_s=float(timeout_s) if timeout_s is not None else None,
+                status="queued",
+                trials_done=0,
+                attempts=0,
+                created_at=utcnow(),
+            )
+            s.add(job)
+            s.flush()
+            self._bump(s, "jobs")
+            return self._job_view(job, kernel)
+
+        return self._tx(tx, write=True)
+
+    def get_job(self, job_id: int) -> JobView | None:
+        return self._tx(lambda s: self._load_job(s, job_id), write=False)
+
+    def list_jobs(self, status: str | None = None, limit: int = 100) -> list[JobView]:
+        """Newest first."""
+        _check_status(status, "status")
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit: expected an int >= 1, got {limit!r}")
+
+        def q(s: Session) -> list[JobView]:
+            stmt = select(Job, Kernel.name).join(Kernel, Kernel.id == Job.kernel_id)
+            if status is not None:
+                stmt = stmt.where(Job.status == status)
+            rows = s.execute(stmt.order_by(Job.id.desc()).limit(limit)).all()
+            return [self._job_view(j, k) for j, k in rows]
+
+        return self._tx(q, write=False)
+
+    def count_jobs(self, status: str | None = None) -> int:
+        _check_status(status, "status")
+
+        def q(s: Session) -> int:
+            stmt = select(func.count()).select_from(Job)
+            if status is not None:
+                stmt = stmt.where(Job.status == status)
+            return int(s.execute(stmt).scalar_one())
+
+        return self._tx(q, write=False)
+
+    def claim_job(self, owner: str, lease_seconds: float) -> JobView | None:
+        """Take the oldest queued job, or a running one whose heartbeat is older than the lease."""
+        _check_name(owner, "owner")
+        if not isinstance(lease_seconds, (int, float)) or lease_seconds <= 0:
+            raise ValueError(f"lease_seconds: expected a number > 0, got {lease_seconds!r}")
+
+        def tx(s: Session) -> JobView | None:
+            now = utcnow()
+            cutoff = now - timedelta(seconds=float(lease_seconds))
+            claimable = or_(
+                Job.status == "queued",
+                and_(Job.status == "running", or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < cutoff)),
+            )
+            pick = (
+                select(Job.id)
+                .where(claimable)
+                .order_by(Job.id)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+                .scalar_subquery()
+            )
+            stmt = (
+                update(Job)
+                .where(Job.id == pick, claimable)
+                .values(
+                    status="running",
+                    owner=owner,
+                    heartbeat_at=now,
+                    started_at=func.coalesce(Job.started_at, now),
+                    attempts=Job.attempts + 1,
+                )
+                .returning(Job.id)
+                .execution_options(synchronize_session=False)
+            )
+            job_id = s.execute(stmt).scalar_one_or_none()
+            return None if job_id is None else self._load_job(s, job_id)
+
+        return self._tx(tx, write=True)
+
+    def _owned(self, job_id: int, owner: str) -> Any:
+        return and_(Job.id == job_id, Job.owner == owner, Job.status == "running")
+
+    def heartbeat(self, job_id: int, owner: str) -> bool:
+        """Renew the lease; False when the job was cancelled, finished or claimed by another."""
+        stmt = (
+            update(Job)
+            .where(self._owned(job_id, owner))
+            .values(heartbeat_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        return self._tx(lambda s: s.execute(stmt).rowcount == 1, write=True)
+
+    def update_job_progress(
+        self,
+        job_id: int,
+        owner: str,
+        *,
+        trials_done: int,
+        device: str | None = None,
+        best: dict[str, Any] | None = None,
+        current_case: dict[str, Any] | None = None,
+    ) -> bool:
+        """Record progress (and renew the lease); False when the lease is no longer ours."""
+        if isinstance(trials_done, bool) or not isinstance(trials_done, int) or trials_done < 0:
+            raise ValueError(f"trials_done: expected an int >= 0, got {trials_done!r}")
+        values: dict[str, Any] = {"trials_done": trials_done, "heartbeat_at": utcnow()}
+        if device is not None:
+            values["device"] = device
+        if best is not None:
+            values["best"] = best
+        if current_case is not None:
+            values["current_case"] = current_case
+        stmt = (
+            update(Job)
+            .where(self._owned(job_id, owner))
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        return self._tx(lambda s: s.execute(stmt).rowcount == 1, write=True)
+
+    def finish_job(self, job_id: int, owner: str, status: str, error: str | None = None) -> bool:
+        """Close a job we own; False when it was cancelled or re-claimed meanwhile."""
+        _check_status(status, "status", FINISHED_STATUSES)
+        stmt = (
+            update(Job)
+            .where(self._owned(job_id, owner))
+            .values(status=status, error=error, finished_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        return self._tx(lambda s: s.execute(stmt).rowcount == 1, write=True)
+
+    def cancel_job(self, job_id: int) -> JobView | None:
+        """queued/running -> cancelled; a finished job is returned unchanged; None if unknown."""
+
+        def tx(s: Session) -> JobView | None:
+            s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status.in_(("queued", "running")))
+                .values(status="cancelled", finished_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            return self._load_job(s, job_id)
+
+        return self._tx(tx, write=True)
+
+    # -- records ---------------------------------------------------------------------
+
+    def _records_query(self) -> Any:
+        return (
+            select(Record, Kernel.name, Case.axes, Case.work, Device.name)
+            .join(Kernel, Kernel.id == Record.kernel_id)
+            .join(Case, Case.id == Record.case_id)
+            .join(Device, Device.id == Record.device_id)
+        )
+
+    @staticmethod
+    def _record_view(row: Any) -> RecordView:
+        r, kernel, axes, work, device = row
+        return RecordView(
+            id=r.id,
+            kernel=kernel,
+            axes=dict(axes),
+            work=work,
+            device=device,
+            device_info=r.device_info,
+            torch_version=r.torch_version,
+            triton_version=r.triton_version,
+            source_hash=r.source_hash,
+            config=r.config,
+            latency_median_us=r.latency_median_us,
+            latency_min_us=r.latency_min_us,
+            latency_max_us=r.latency_max_us,
+            latency_iqr_us=r.latency_iqr_us,
+            timing_method=r.timing_method,
+            roofline_pct=r.roofline_pct,
+            speedup_eager=r.speedup_eager,
+            speedup_compile=r.speedup_compile,
+            rel_error=r.rel_error,
+            n_trials=r.n_trials,
+            n_failed=r.n_failed,
+            study_name=r.study_name,
+            job_id=r.job_id,
+            tuned_at=r.tuned_at,
+            is_current=r.is_current,
+            superseded_at=r.superseded_at,
+            superseded_by=r.superseded_by,
+        )
+
+    def _load_record(self, s: Session, record_id: int) -> RecordView:
+        return self._record_view(s.execute(self._records_query().where(Record.id == record_id)).one())
+
+    def _upsert_locked(self, s: Session, rec: RecordIn) -> tuple[int, bool, bool, bool]:
+        """Store rec under the records lock. Returns (id, became_current, superseded_one, new)."""
+        fp = _fingerprint(rec)
+        existing = s.execute(select(Record.id).where(Record.fingerprint == fp)).scalar_one_or_none()
+        if existing is not None:
+            return existing, False, False, False
+        kernel_id = self._kernel_id(s, rec.kernel)
+        case_id = self._case_id(s, kernel_id, rec.axes, rec.work)
+        device_id = self._device_id(s, rec.device, rec.device_info)
+        current = s.execute(
+            select(Record.id, Record.latency_median_us).where(
+                Record.case_id == case_id, Record.device_id == device_id, Record.is_current.is_(True)
+            )
+        ).first()
+        better = current is None or rec.latency_median_us < current.latency_median_us
+        now = utcnow()
+        if better and current is not None:
+            s.execute(
+                update(Record)
+                .where(Record.id == current.id)
+                .values(is_current=False, superseded_at=now)
+                .execution_options(synchronize_session=False)
+            )
+        row = Record(
+            kernel_id=kernel_id,
+            case_id=case_id,
+            device_id=device_id,
+            device_info=rec.device_info,
+            torch_version=rec.torch_version,
+            triton_version=rec.triton_version,
+            source_hash=rec.source_hash,
+            config=rec.config,
+            latency_median_us=rec.latency_median_us,
+            latency_min_us=rec.latency_min_us,
+            latency_max_us=rec.latency_max_us,
+            latency_iqr_us=rec.latency_iqr_us,
+            timing_method=rec.timing_method,
+            roofline_pct=rec.roofline_pct,
+            speedup_eager=rec.speedup_eager,
+            speedup_compile=rec.speedup_compile,
+            rel_error=rec.rel_error,
+            n_trials=rec.n_trials,
+            n_failed=rec.n_failed,
+            study_name=rec.study_name,
+            job_id=rec.job_id,
+            tuned_at=rec.tuned_at,
+            created_at=now,
+            is_current=better,
+            superseded_at=None if better else now,
+            superseded_by=None if better or current is None else current.id,
+            fingerprint=fp,
+        )
+        s.add(row)
+        s.flush()
+        if better and current is not None:
+            s.execute(
+                update(Record)
+                .where(Record.id == current.id)
+                .values(superseded_by=row.id)
+                .execution_options(synchronize_session=False)
+            )
+        return row.id, better, better and current is not None, True
+
+    def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:
+        """Store a result; True when it became the current best (strictly faster median, or the
+        first for its key). A slower one is kept as history only. Storing the identical record
+        again changes nothing and returns (existing, False)."""
+        rec = _validated(rec)
+
+        def tx(s: Session) -> tuple[RecordView, bool]:
+            self._lock_counter(s, "records")
+            rid, improved, _, new = self._upsert_locked(s, rec)
+            if new:
+                self._bump(s, "records")
+            return self._load_record(s, rid), improved
+
+        return self._tx(tx, write=True)
+
+    def find_best(
+        self, kernel: str, device: str, axes: dict[str, int], work: float
+    ) -> tuple[RecordView, str] | None:
+        """The current record for exactly these axes ("exact"), else the current record of the
+        same kernel and device whose case moves the closest amount of work ("nearest")."""
+        key = axes_key(axes)
+        if not isinstance(work, (int, float)) or isinstance(work, bool) or not math.isfinite(work):
+            raise ValueError(f"work: expected a finite number, got {work!r}")
+
+        def q(s: Session) -> tuple[RecordView, str] | None:
+            base = self._records_query().where(
+                Kernel.name == kernel, Device.name == device, Record.is_current.is_(True)
+            )
+            row = s.execute(base.where(Case.axes_key == key)).first()
+            if row is not None:
+                return self._record_view(row), "exact"
+            row = s.execute(
+                base.where(Case.work.is_not(None))
+                .order_by(func.abs(Case.work - float(work)), Case.id)
+                .limit(1)
+            ).first()
+            return None if row is None else (self._record_view(row), "nearest")
+
+        return self._tx(q, write=False)
+
+    def list_records(
+        self, kernel: str | None = None, device: str | None = None, include_history: bool = False
+    ) -> list[RecordView]:
+        """Records ordered by kernel, device, case work, then time."""
+
+        def q(s: Session) -> list[RecordView]:
+            stmt = self._records_query()
+            if kernel is not None:
+                stmt = stmt.where(Kernel.name == kernel)
+            if device is not None:
+                stmt = stmt.where(Device.name == device)
+            if not include_history:
+                stmt = stmt.where(Record.is_current.is_(True))
+            stmt = stmt.order_by(Kernel.name, Device.name, Case.work, Case.axes_key, Record.tuned_at, Record.id)
+            return [self._record_view(r) for r in s.execute(stmt).all()]
+
+        return self._tx(q, write=False)
+
+    def record_history(self, kernel: str, device: str, axes: dict[str, int]) -> list[RecordView]:
+        """Every record of one key, oldest first (the current one included)."""
+        key = axes_key(axes)
+
+        def q(s: Session) -> list[RecordView]:
+            stmt = (
+                self._records_query()
+                .where(Kernel.name == kernel, Device.name == device, Case.axes_key == key)
+                .order_by(Record.tuned_at, Record.id)
+            )
+            return [self._record_view(r) for r in s.execute(stmt).all()]
+
+        return self._tx(q, write=False)
+
+    def records_version(self) -> int:
+        """A number that changes whenever records change (for cache invalidation)."""
+
+        def q(s: Session) -> int:
+            v = s.execute(select(Counter.value).where(Counter.name == "records")).scalar_one_or_none()
+            return int(v or 0)
+
+        return self._tx(q, write=False)
+
+    # -- trial summaries ---------------------------------------------------------------
+
+    def add_trial_summary(
+        self,
+        study_name: str,
+        kernel: str,
+        device: str,
+        axes: dict[str, int],
+        trial_number: int,
+        state: str,
+        config: dict[str, Any],
+        latency_median_us: float | None,
+        failure_kind: str | None,
+        message: str | None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Store (or update) one trial's outcome, keyed by (study_name, trial_number)."""
+        _check_name(study_name, "study_name")
+        _check_name(kernel, "kernel")
+        _check_name(device, "device")
+        _check_name(state, "state")
+        axes_key(axes)
+        if isinstance(trial_number, bool) or not isinstance(trial_number, int) or trial_number < 0:
+            raise ValueError(f"trial_number: expected an int >= 0, got {trial_number!r}")
+        if not isinstance(config, dict):
+            raise ValueError(f"config: expected a dict, got {type(config).__name__}")
+
+        def tx(s: Session) -> None:
+            kernel_id = self._kernel_id(s, kernel)
+            case_id = self._case_id(s, kernel_id, axes, None)
+            device_id = self._device_id(s, device, None)
+            now = utcnow()
+            data = {
+                "state": state,
+                "config": config,
+                "latency_median_us": latency_median_us,
+                "failure_kind": failure_kind,
+                "message": message,
+                "extra": extra,
+                "updated_at": now,
+            }
+            ins = self._insert(s, TrialSummary).values(
+                study_name=study_name,
+                trial_number=trial_number,
+                kernel_id=kernel_id,
+                case_id=case_id,
+                device_id=device_id,
+                created_at=now,
+                **data,
+            )
+            s.execute(ins.on_conflict_do_update(index_elements=["study_name", "trial_number"], set_=data))
+
+        self._tx(tx, write=True)
+
+    def trial_summaries(self, kernel: str, device: str, axes: dict[str, int]) -> list[dict[str, Any]]:
+        """Trial outcomes of one key, in study then Optuna trial-number order."""
+        key = axes_key(axes)
+
+        def q(s: Session) -> list[dict[str, Any]]:
+            rows = s.execute(
+                select(TrialSummary)
+                .join(Kernel, Kernel.id == TrialSummary.kernel_id)
+                .join(Case, Case.id == TrialSummary.case_id)
+                .join(Device, Device.id == TrialSummary.device_id)
+                .where(Kernel.name == kernel, Device.name == device, Case.axes_key == key)
+                .order_by(TrialSummary.study_name, TrialSummary.trial_number)
+            ).scalars()
+            return [
+                {
+                    "study_name": t.study_name,
+                    "trial_number": t.trial_number,
+                    "state": t.state,
+                    "config": t.config,
+                    "latency_median_us": t.latency_median_us,
+                    "failure_kind": t.failure_kind,
+                    "message": t.message,
+                    "extra": t.extra,
+                    "created_at": t.created_at.isoformat(),
+                    "updated_at": t.updated_at.isoformat(),
+                }
+                for t in rows
+            ]
+
+        return self._tx(q, write=False)
+
+    # -- export / import -------------------------------------------------------------
+
+    def export_records(
+        self, kernel: str | None = None, device: str | None = None, include_history: bool = False
+    ) -> dict[str, Any]:
+        """A JSON-able document of records, oldest first so an import replays the history."""
+        recs = self.list_records(kernel=kernel, device=device, include_history=include_history)
+        recs.sort(key=lambda r: (r.tuned_at, r.id))
+        out = []
+        for r in recs:
+            d = r.as_dict()
+            for k in ("id", "superseded_by"):
+                d.pop(k)
+            out.append(d)
+        return {
+            "schema": EXPORT_SCHEMA,
+            "version": EXPORT_VERSION,
+            "exported_at": utcnow().isoformat(),
+            "filters": {"kernel": kernel, "device": device, "include_history": include_history},
+            "records": out,
+        }
+
+    def import_records(self, doc: dict[str, Any]) -> ImportReport:
+        """Validate every entry, then store them all in one transaction (or none).
+
+        Each entry goes through the same rule as upsert_best; entries already present are
+        counted unchanged, so importing the same document twice changes nothing.
+        """
+        recs = parse_records_doc(doc)
+
+        def tx(s: Session) -> ImportReport:
+            self._lock_counter(s, "records")
+            added = superseded = unchanged = 0
+            for rec in recs:
+                _, _, sup, new = self._upsert_locked(s, rec)
+                added += new
+                superseded += sup
+                unchanged += not new
+            if added:
+                self._bump(s, "records")
+            return ImportReport(added=added, superseded=superseded, unchanged=unchanged)
+
+        return self._tx(tx, write=True)
+
+    def has_records(self) -> bool:
+        """True when at least one record is stored (used by `records import --if-empty`)."""
+        return self._tx(lambda s: s.execute(select(Record.id).limit(1)).first() is not None, write=False)
+
+
+def parse_records_doc(doc: Any) -> list[RecordIn]:
+    """Validate an export document whole; ImportRejected names the first bad entry and field."""
+    if not isinstance(doc, dict):
+        raise ImportRejected(f"document: expected a JSON object, got {type(doc).__name__}")
+    if doc.get("schema") != EXPORT_SCHEMA:
+        raise ImportRejected(
+            f"document: 'schema' must be {EXPORT_SCHEMA!r}, got {doc.get('schema')!r}", field="schema"
+        )
+    version = doc.get("version")
+    if version != EXPORT_VERSION:
+        raise ImportRejected(
+            f"document: unsupported version {version!r}; this code reads version {EXPORT_VERSION}",
+            field="version",
+        )
+    entries = doc.get("records")
+    if not isinstance(entries, list):
+        raise ImportRejected("document: 'records' must be a list", field="records")
+    out: list[RecordIn] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ImportRejected(f"records[{i}]: expected an object", index=i)
+        try:
+            out.append(RecordDoc.model_validate(entry).to_record_in())
+        except ValidationError as e:
+            loc, msg = _first_error(e)
+            raise ImportRejected(f"records[{i}].{loc}: {msg}", index=i, field=loc) from None
+    return out

@@ -1,0 +1,92 @@
+"""Shared fixtures: a private SQLite file or a private PostgreSQL database per test.
+
+PostgreSQL tests run only when KS_TEST_POSTGRES_URL names a server (CI:
+postgresql+psycopg://postgres@127.0.0.1:5432/test); each gets its own `ks_test_<hex>` database,
+dropped afterwards, so helpers sharing the server never see each other's rows.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, make_url
+from sqlalchemy.pool import NullPool
+
+PG_ENV = "KS_TEST_POSTGRES_URL"
+PG_SKIP_REASON = f"{PG_ENV} is not set: PostgreSQL side skipped"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get(PG_ENV):
+        url = make_url(os.environ[PG_ENV]).render_as_string(hide_password=True)
+        return f"postgres tests: on ({url})"
+    return f"postgres tests: off ({PG_SKIP_REASON})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(PG_ENV):
+        return
+    skip = pytest.mark.skip(reason=PG_SKIP_REASON)
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say plainly that the PostgreSQL side did not run, so a green SQLite run is not mistaken
+    for a full one."""
+    if os.environ.get(PG_ENV):
+        return
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "postgres" in getattr(r, "keywords", {})]
+    if skipped:
+        terminalreporter.write_sep("=", "PostgreSQL side skipped", yellow=True)
+        terminalreporter.write_line(
+            f"{len(skipped)} tests marked postgres were skipped because {PG_ENV} is not set; "
+            f"set it (e.g. {PG_ENV}=postgresql+psycopg://postgres@127.0.0.1:5432/test) to run them."
+        )
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    """A fresh SQLite file in the test's temporary folder (not yet migrated)."""
+    return f"sqlite:///{tmp_path / 'ks.db'}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A private, empty PostgreSQL database on the server in KS_TEST_POSTGRES_URL, dropped after."""
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(PG_SKIP_REASON)
+    name = f"ks_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """An empty database of each kind (the PostgreSQL one only when the server is configured)."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[object]:
+    """A `db.store.Store` on an upgraded database of each kind."""
+    from db.engine import upgrade
+    from db.store import Store
+
+    upgrade(db_url)
+    s = Store(db_url)
+    try:
+        yield s
+    finally:
+        s.close()

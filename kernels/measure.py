@@ -79,32 +79,44 @@ def _flush(device: torch.device, i: int) -> None:
 def time_call(fn: Callable[[], Any], *, n: int = 30, warmup: int = 3,
               device: torch.device | None = None, flush_l2: bool = True) -> Timing:
     """Median GPU span of `fn` over `n` calls with a cold L2 (wall clock under the interpreter)."""
+    return time_calls([fn], n=n, warmup=warmup, device=device, flush_l2=flush_l2)[0]
+
+
+def time_calls(fns: list[Callable[[], Any]], *, n: int = 30, warmup: int = 3,
+               device: torch.device | None = None, flush_l2: bool = True) -> list[Timing]:
+    """`time_call` for several callables under one profiler session (cheaper for sweeps)."""
     if n < 1:
         raise ValueError("n: need at least one timed call")
     device = device or default_device()
     if device.type != "cuda":
-        fn()
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
+        out = []
+        for fn in fns:
             fn()
-            samples.append((time.perf_counter() - t0) * 1e6)
-        return Timing.of(samples, WALLCLOCK)
+            samples = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fn()
+                samples.append((time.perf_counter() - t0) * 1e6)
+            out.append(Timing.of(samples, WALLCLOCK))
+        return out
     from torch.profiler import ProfilerActivity, profile
 
-    for i in range(warmup):
-        if flush_l2:
-            _flush(device, i)
-        fn()
+    for fn in fns:
+        for i in range(warmup):
+            if flush_l2:
+                _flush(device, i)
+            fn()
     _flush(device, 0)
     torch.cuda.synchronize(device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(n):
-            _flush(device, i)
-            fn()
+        for fn in fns:
+            for i in range(n):
+                _flush(device, i)
+                fn()
         _flush(device, n)
         torch.cuda.synchronize(device)
-    return Timing.of(_spans_us(prof, n), CUPTI)
+    spans = _spans_us(prof, n * len(fns))
+    return [Timing.of(spans[j * n:(j + 1) * n], CUPTI) for j in range(len(fns))]
 
 
 def _spans_us(prof: Any, n: int) -> list[float]:

@@ -73,8 +73,10 @@ def _tile(gq_ptr, gk_ptr, q_ptr, k_ptr, e_ptr, dq_ptr, dk_ptr, de_ptr, t, S,
     de_lo = c_lo * S_lo - n_lo * C_lo
     de_hi = c_hi * S_hi - n_hi * C_hi
     if ATOMIC:
-        tl.atomic_add(de_ptr + e_off, de_lo, mask=m2, sem="relaxed")
-        tl.atomic_add(de_ptr + e_off + 64, de_hi, mask=m2, sem="relaxed")
+        # The mask is broadcast by hand: the interpreter's atomics do not broadcast it.
+        ma = m2 & (d[None, :] < 64)
+        tl.atomic_add(de_ptr + e_off, de_lo, mask=ma, sem="relaxed")
+        tl.atomic_add(de_ptr + e_off + 64, de_hi, mask=ma, sem="relaxed")
     else:
         tl.store(de_ptr + e_off, de_lo, mask=m2)
         tl.store(de_ptr + e_off + 64, de_hi, mask=m2)

@@ -1,8 +1,72 @@
-"""`kernelsearch` commands of this area."""
+"""`kernelsearch bench`: eager, torch.compile, Triton and roofline per case, in one run."""
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
+from rich.console import Console
+
+
+def bench(
+    kernel: Optional[str] = typer.Argument(None, help="kernel name; both kernels when omitted"),
+    case: list[int] = typer.Option([], "--case", help="suite case number (repeatable); all 16 when omitted"),
+    config: Optional[str] = typer.Option(None, "--config", help="JSON config for the Triton kernel"),
+    default: bool = typer.Option(False, "--default", help="use the kernel's default config, not the store"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the full report as JSON"),
+    plot_out: Optional[Path] = typer.Option(None, "--plot", help="write a PNG plot of latency per case"),
+    table_out: Optional[Path] = typer.Option(None, "--table", help="also write the table to this file"),
+    n: int = typer.Option(30, "--n", min=1, help="timed calls per series (median reported)"),
+    no_references: bool = typer.Option(False, "--no-references", help="skip eager and torch.compile"),
+) -> None:
+    """Time each case: eager reference, torch.compile, Triton (given or best config), roofline."""
+    from kernels import KERNELS, get_kernel, set_provider
+    from kernels.bench import bench_cases, dump, format_table, plot
+
+    err = Console(stderr=True)
+    try:
+        kernels = [get_kernel(kernel)] if kernel else list(KERNELS.values())
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc.args[0]), param_hint="KERNEL") from None
+    cfg = None
+    if config is not None:
+        try:
+            cfg = json.loads(config)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--config") from None
+        if len(kernels) != 1:
+            raise typer.BadParameter("--config needs a KERNEL", param_hint="--config")
+    if default or cfg is not None:
+        set_provider(None)
+    else:
+        from .provider import install_default_provider
+        from .settings import get_settings
+
+        install_default_provider(get_settings())
+    reports = []
+    for k in kernels:
+        try:
+            chosen = [k.case(c) for c in case] if case else list(k.cases)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--case") from None
+        with err.status(f"benchmarking {k.name}") as status:
+            rep = bench_cases(k, [c.axes for c in chosen], config=cfg, n=n,
+                              references=not no_references, numbers=[c.number for c in chosen],
+                              progress=lambda msg: status.update(f"benchmarking {msg}"))
+        reports.append(rep)
+        table = format_table(rep)
+        print(table)
+        sys.stdout.flush()
+        if table_out:
+            with open(table_out, "a") as fh:
+                fh.write(table + "\n")
+    if json_out:
+        dump(reports, str(json_out))
+    if plot_out:
+        plot(reports, str(plot_out))
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    app.command("bench")(bench)

@@ -1,0 +1,270 @@
+"""The contract every kernel passes: declaration, validation, correctness, inputs, provider."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import kernels
+from kernels import provider
+from kernels.check import check_config, rel_error
+from kernels.errors import FailureKind, InvalidConfig, WrongResult, classify
+from kernels.measure import WALLCLOCK, Timing, time_call
+
+ON_GPU = torch.cuda.is_available()
+
+
+def test_import_names():
+    from kernels import vision_rope3d_spatial_merge_bwd, vision_rope_generation_bwd
+
+    assert vision_rope_generation_bwd.name == "vision_rope_generation_bwd"
+    assert vision_rope3d_spatial_merge_bwd.name == "vision_rope3d_spatial_merge_bwd"
+
+
+def test_describe_is_json(kdef):
+    d = json.loads(json.dumps(kdef.describe()))
+    assert d["name"] == kdef.name
+    assert d["n_cases"] == 16
+    assert {p["name"] for p in d["params"]} >= {"num_warps", "TRIG"}
+
+
+def test_suite_cases_in_benchmark_order(kdef):
+    assert [c.number for c in kdef.cases] == list(range(1, 17))
+    for c in kdef.cases:
+        assert kdef.validate_axes(c.axes) == c.axes
+        assert kdef.suite_case_of(c.axes) is c
+    assert len({tuple(c.axes.items()) for c in kdef.cases}) == 16
+
+
+def test_bytes_formula(kdef):
+    c = kdef.cases[0]
+    if kdef.name == "vision_rope_generation_bwd":
+        P = c.axes["total_patches"]
+        assert kdef.bytes_moved(c.axes) == 3 * P * 72 * 4 + P * 16 + 72
+    else:
+        S = c.axes["seq_len"]
+        assert kdef.bytes_moved(c.axes) == 6 * S * 16 * 128 * 4 + 2 * S * 128 * 4
+
+
+def test_default_config_valid(kdef):
+    assert kdef.validate_config(None) == kdef.default_config
+    assert kdef.validate_config({}) == kdef.default_config
+
+
+def test_unknown_parameter_named(kdef):
+    with pytest.raises(InvalidConfig, match="BOGUS"):
+        kdef.validate_config({"BOGUS": 1})
+
+
+def test_bad_value_named(kdef):
+    with pytest.raises(InvalidConfig, match="num_warps"):
+        kdef.validate_config({"num_warps": 3})
+    with pytest.raises(InvalidConfig, match="TRIG"):
+        kdef.validate_config({"TRIG": "fastest"})
+
+
+def test_bool_is_not_an_int(kdef):
+    with pytest.raises(InvalidConfig, match="num_warps"):
+        kdef.validate_config({"num_warps": True})
+
+
+def test_conditional_parameter_rejected_when_inactive(kdef):
+    cond = [p for p in kdef.params if p.requires]
+    assert cond, "each kernel has a conditional parameter"
+    p = cond[0]
+    other = next(v for v in p.choices if v != p.default)
+    with pytest.raises(InvalidConfig, match=p.name):
+        kdef.validate_config({p.name: other, **{k: next(x for x in kdef.param(k).choices if x not in v)
+                                                for k, v in p.requires.items()}})
+
+
+def test_config_must_be_mapping(kdef):
+    with pytest.raises(InvalidConfig):
+        kdef.validate_config([("num_warps", 4)])
+
+
+@pytest.mark.parametrize("bad", [{"seq_len": -3}, {"total_patches": 0}, {"seq_len": "x"},
+                                 {"total_patches": 1.5}, {"nope": 3}, {}])
+def test_bad_axes(kdef, bad):
+    with pytest.raises(ValueError):
+        kdef.validate_axes(bad)
+
+
+def test_default_correct_on_odd_shapes(kdef, small_axes):
+    for axes in small_axes:
+        res = check_config(kdef, axes, kdef.default_config, seed=7)
+        assert res.ok, (axes, res.detail)
+        assert res.max_error < kdef.rtol
+
+
+def test_sampled_configs_correct(kdef, small_axes, sample_configs):
+    """Every parameter value and a random sample, on an odd shape, both input draws."""
+    axes = small_axes[1]
+    cfgs = sample_configs(kdef, n=6, seed=11)
+    assert len(cfgs) >= sum(len(p.choices) for p in kdef.params) // 2
+    bad = []
+    for cfg in cfgs:
+        res = check_config(kdef, axes, cfg, seed=3)
+        if not res.ok:
+            bad.append((cfg, res.detail))
+    assert not bad, bad
+
+
+def test_suite_case_shape_correct(kdef):
+    """The smallest suite case at its real size, default config."""
+    c = min(kdef.cases, key=lambda c: kdef.bytes_moved(c.axes))
+    res = check_config(kdef, c.axes, kdef.default_config, seed=5)
+    assert res.ok, res.detail
+
+
+def test_call_returns_fresh_float32_and_leaves_inputs(kdef, small_axes):
+    axes = small_axes[1]
+    inputs = kdef.make_inputs(axes, seed=1)
+    before = [t.clone() for t in inputs]
+    out = kdef(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    assert len(outs) == len(kdef.output_names)
+    for o in outs:
+        assert o.dtype == torch.float32
+        assert all(o.data_ptr() != t.data_ptr() for t in inputs)
+    for a, b in zip(inputs, before):
+        assert torch.equal(a, b)
+    refs = kdef.reference(*inputs)
+    for o, r in zip(outs, refs):
+        assert rel_error(o, r) < kdef.rtol
+
+
+def test_reference_matches_torch_reference(kdef, small_axes):
+    inputs = kdef.make_inputs(small_axes[2], seed=4)
+    for a, b in zip(kdef.torch_reference(*inputs), kdef.reference(*inputs)):
+        assert rel_error(a, b) < 1e-5
+
+
+def test_bad_inputs_named(kdef, small_axes):
+    axes = small_axes[1]
+    inputs = list(kdef.make_inputs(axes, seed=2))
+    names = kdef.input_names
+    # wrong dtype
+    for i, name in enumerate(names):
+        bad = list(inputs)
+        bad[i] = inputs[i].to(torch.float64) if inputs[i].dtype != torch.float64 else inputs[i].float()
+        with pytest.raises(ValueError, match=name):
+            kdef(*bad)
+    # wrong shape on the last input
+    bad = list(inputs)
+    bad[-1] = inputs[-1][..., :-1].contiguous()
+    with pytest.raises(ValueError, match=names[-1]):
+        kdef(*bad)
+    # non-contiguous: transpose of a 2-D or 3-D tensor
+    i = next(j for j, t in enumerate(inputs) if t.dim() >= 2 and t.shape[0] > 1 and t.shape[-1] > 1)
+    t = inputs[i]
+    nc = t.transpose(0, -1).contiguous().transpose(0, -1)
+    assert not nc.is_contiguous()
+    bad = list(inputs)
+    bad[i] = nc
+    with pytest.raises(ValueError, match=names[i]):
+        kdef(*bad)
+    # not a tensor, wrong count
+    with pytest.raises(ValueError, match=names[0]):
+        kdef(None, *inputs[1:])
+    with pytest.raises(TypeError):
+        kdef(*inputs[:-1])
+
+
+def test_config_keyword_validated(kdef, small_axes):
+    inputs = kdef.make_inputs(small_axes[0], seed=2)
+    with pytest.raises(InvalidConfig, match="BOGUS"):
+        kdef(*inputs, config={"BOGUS": 1})
+
+
+class _Provider:
+    def __init__(self, answer=None, fail=False):
+        self.answer, self.fail, self.calls = answer, fail, 0
+
+    def best_config(self, kernel, axes, device):
+        self.calls += 1
+        if self.fail:
+            raise ConnectionError("store down")
+        return self.answer
+
+
+@pytest.fixture
+def restore_provider():
+    yield
+    provider.set_provider(None)
+
+
+def test_provider_config_used_and_cached(kdef, small_axes, restore_provider):
+    axes = small_axes[0]
+    inputs = kdef.make_inputs(axes, seed=2)
+    cfg = dict(kdef.default_config, num_warps=2)
+    p = _Provider(answer=cfg)
+    provider.set_provider(p)
+    assert kdef.resolve_config(kdef.axes_of(*inputs), inputs[0].device) == kdef.validate_config(cfg)
+    kdef(*inputs)
+    kdef(*inputs)
+    assert p.calls == 1
+
+
+def test_provider_failure_falls_back(kdef, small_axes, restore_provider):
+    inputs = kdef.make_inputs(small_axes[0], seed=2)
+    provider.set_provider(_Provider(fail=True))
+    assert kdef.resolve_config(kdef.axes_of(*inputs), inputs[0].device) == kdef.default_config
+    out = kdef(*inputs)
+    assert out is not None
+    provider.set_provider(_Provider(answer={"BOGUS": 1}))
+    assert kdef.resolve_config(kdef.axes_of(*inputs), inputs[0].device) == kdef.default_config
+
+
+def test_wrong_result_is_detected(kdef, small_axes, monkeypatch):
+    """A launcher that writes a wrong value, or leaves an element unwritten, fails the check."""
+    axes = small_axes[1]
+    real = kdef.launch
+
+    def off_by_a_bit(*inputs, config, out=None):
+        outs = real(*inputs, config=config, out=out)
+        outs[0].view(-1)[0] += 1.0
+        return outs
+
+    def unwritten(*inputs, config, out=None):
+        outs = real(*inputs, config=config, out=out)
+        outs[-1].view(-1)[-1] = math.nan
+        return outs
+
+    for fake in (off_by_a_bit, unwritten):
+        monkeypatch.setattr(kdef, "launch", fake)
+        res = check_config(kdef, axes, kdef.default_config, seed=1)
+        assert not res.ok
+        from kernels.check import assert_correct
+
+        with pytest.raises(WrongResult):
+            assert_correct(kdef, axes, kdef.default_config, seed=1)
+
+
+def test_timing_interpreter_is_labelled(kdef, small_axes):
+    if ON_GPU:
+        pytest.skip("interpreter labelling is checked without a GPU")
+    inputs = kdef.make_inputs(small_axes[0], seed=2)
+    t = time_call(lambda: kdef.launch(*inputs, config=kdef.default_config), n=3)
+    assert t.method == WALLCLOCK and t.n == 3
+    assert t.min_us <= t.median_us <= t.max_us and t.iqr_us >= 0
+
+
+def test_timing_stats():
+    t = Timing.of([5.0, 1.0, 3.0, 2.0, 4.0], "cupti")
+    assert (t.median_us, t.min_us, t.max_us) == (3.0, 1.0, 5.0)
+    assert t.q1_us == 2.0 and t.q3_us == 4.0 and t.iqr_us == 2.0
+    with pytest.raises(ValueError):
+        time_call(lambda: None, n=0)
+
+
+def test_failures_are_typed():
+    assert classify(TimeoutError("x")).kind is FailureKind.TIMEOUT
+    assert classify(InvalidConfig("x")).kind is FailureKind.INVALID_CONFIG
+    OutOfResources = type("OutOfResources", (Exception,), {})
+    assert classify(OutOfResources("shared memory")).kind is FailureKind.OUT_OF_RESOURCES
+    CompilationError = type("CompilationError", (Exception,), {})
+    assert classify(CompilationError("bad")).kind is FailureKind.COMPILE_ERROR
+    assert classify(RuntimeError("boom")).kind is FailureKind.CRASH

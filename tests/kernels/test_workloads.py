@@ -1,0 +1,102 @@
+"""Workload-specific properties: A's determinism and single launch, B's split strategies."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import vision_rope3d_spatial_merge_bwd as B
+from kernels import vision_rope_generation_bwd as A
+from kernels.check import check_config
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; the same checks run under the interpreter")
+
+
+def test_a_deterministic_bits():
+    inputs = A.make_inputs({"total_patches": 300}, seed=9)
+    cfg = A.validate_config({"BLOCK_P": 16, "TILES": 2})
+    first = A(*inputs, config=cfg)
+    for _ in range(3):
+        assert torch.equal(A(*inputs, config=cfg), first)
+
+
+def test_a_ticket_counter_resets_between_calls():
+    """The last program resets the counter: later calls with other grids still reduce right."""
+    for P, bp, tiles in ((300, 8, 1), (37, 16, 2), (1000, 32, 4), (5, 8, 1)):
+        cfg = A.validate_config({"BLOCK_P": bp, "TILES": tiles, "REDUCE": "ticket"})
+        res = check_config(A, {"total_patches": P}, cfg, seed=P)
+        assert res.ok, (P, res.detail)
+
+
+def test_a_single_and_ticket_agree():
+    inputs = A.make_inputs({"total_patches": 200}, seed=3)
+    a = A(*inputs, config={"REDUCE": "single", "BLOCK_P": 32})
+    b = A(*inputs, config={"REDUCE": "ticket", "BLOCK_P": 32, "TILES": 1})
+    assert torch.allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_max_grid_size_from_suite_case():
+    inputs = A.make_inputs({"total_patches": 256}, seed=1)
+    assert int(inputs[2].max()) < 16  # suite case 2: max_grid_size 16
+
+
+def test_a_realistic_inputs_are_rope_tables():
+    gc, gs, pos, inv, emb = A.make_inputs({"total_patches": 50}, seed=1, distribution="realistic")
+    f = inv.double()
+    assert torch.allclose(emb[:, :18].double(), pos[:, :1].double() * f, rtol=1e-6)
+    assert torch.equal(emb[:, :36], emb[:, 36:])
+
+
+def test_b_head_split_and_dim_split_agree():
+    inputs = B.make_inputs({"seq_len": 5}, seed=2)
+    full = B(*inputs, config={"HEADS": 16, "BLOCK_D": 64})
+    split = B(*inputs, config={"HEADS": 4, "BLOCK_D": 16, "ROWS": 2})
+    for x, y in zip(full, split):
+        assert torch.allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+def test_b_persistent_grid_covers_all_tiles():
+    for S in (1, 9):
+        cfg = B.validate_config({"GRID": "persistent", "PROGRAMS_PER_SM": 1, "ROWS": 2,
+                                 "BLOCK_D": 32})
+        res = check_config(B, {"seq_len": S}, cfg, seed=S)
+        assert res.ok, res.detail
+
+
+def test_b_fast_trig_needs_range_reduction_on_real_angles():
+    """approx_rr is checked on realistic angles (large); the check runs both draws."""
+    res = check_config(B, {"seq_len": 40}, {"TRIG": "approx_rr", "ROWS": 8, "HEADS": 4}, seed=1)
+    assert res.ok, res.detail
+
+
+@gpu
+def test_gpu_a_one_launch_per_call():
+    from torch.profiler import ProfilerActivity, profile
+
+    inputs = A.make_inputs({"total_patches": 12288}, seed=1)
+    A(*inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        A(*inputs)
+        torch.cuda.synchronize()
+    kinds = [e.name() for e in prof.profiler.kineto_results.events()
+             if "cuda" in str(e.device_type()).lower()]
+    assert len(kinds) == 1, kinds
+
+
+@gpu
+@pytest.mark.parametrize("kname", ["vision_rope_generation_bwd", "vision_rope3d_spatial_merge_bwd"])
+def test_gpu_all_suite_cases_correct_default(kname):
+    import kernels
+
+    k = kernels.get_kernel(kname)
+    for c in k.cases:
+        res = check_config(k, c.axes, k.default_config)
+        assert res.ok, (c.number, res.detail)
+
+
+@gpu
+def test_gpu_timing_is_cupti():
+    from kernels.measure import CUPTI, measure_config
+
+    t = measure_config(B, {"seq_len": 128}, B.default_config, n=5)
+    assert t.method == CUPTI and t.n == 5 and t.median_us > 0

@@ -1,0 +1,173 @@
+"""A broad sweep of configs over suite cases on the GPU, for learning the landscape.
+
+Not the tuner: no database, no Optuna. It compiles candidate configs in parallel processes (the
+on-disk Triton cache then makes the in-process compile a load), checks every config on every case
+against float64 with poisoned outputs, times them all under one profiler session per case, and
+writes one JSON file. Used for the performance notes in docs/; `python -m kernels.explore -h`.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import itertools
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import sys
+import time
+from typing import Any
+
+import torch
+
+
+def candidates(kname: str, limit: int, seed: int) -> list[dict[str, Any]]:
+    from kernels import get_kernel
+
+    k = get_kernel(kname)
+    if kname == "vision_rope_generation_bwd":
+        grid = dict(BLOCK_P=[16, 32, 64, 128], TILES=[1, 2, 4, 8, 16], REDUCE=["ticket"],
+                    COLS=["pad128", "quarters"], num_warps=[1, 2, 4, 8], TRIG=["precise", "approx_rr"],
+                    num_stages=[1])
+        extra = [dict(REDUCE="single", BLOCK_P=bp, COLS=c, num_warps=w, TRIG="approx_rr")
+                 for bp in (32, 64, 128) for c in ("pad128", "quarters") for w in (4, 8)]
+    else:
+        grid = dict(ROWS=[1, 2, 4], HEADS=[4, 8, 16], BLOCK_D=[16, 32, 64], num_warps=[2, 4, 8],
+                    TRIG=["precise", "approx_rr"], CACHE=["none", "evict_first"], GRID=["tiles"])
+        extra = [dict(GRID="persistent", PROGRAMS_PER_SM=p, ROWS=r, HEADS=16, BLOCK_D=bd, num_warps=w,
+                      TRIG="approx_rr", num_stages=s)
+                 for p in (2, 4, 8) for r in (1, 2) for bd in (32, 64) for w in (4, 8) for s in (1, 2)]
+    names = list(grid)
+    out = []
+    for vals in itertools.product(*grid.values()):
+        out.append(dict(zip(names, vals)))
+    out += extra
+    valid = []
+    for c in out:
+        try:
+            valid.append(k.validate_config(c))
+        except ValueError:
+            pass
+    uniq = list({json.dumps(c, sort_keys=True): c for c in valid}.values())
+    random.Random(seed).shuffle(uniq)
+    if limit and len(uniq) > limit:
+        uniq = uniq[:limit]
+    return [k.default_config] + [c for c in uniq if c != k.default_config]
+
+
+def _compile_one(args: tuple[str, dict[str, Any]]) -> tuple[str, str | None]:
+    kname, cfg = args
+    from kernels import get_kernel
+
+    k = get_kernel(kname)
+    key = json.dumps(cfg, sort_keys=True)
+    try:
+        for axes in _warm_shapes(kname):
+            inputs = k.make_inputs(axes, seed=0, device="cuda")
+            k.launch(*inputs, config=cfg)
+        torch.cuda.synchronize()
+        return key, None
+    except Exception as exc:  # reported per config, the sweep goes on
+        return key, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _warm_shapes(kname: str) -> list[dict[str, int]]:
+    # Triton specialises integer arguments on divisibility by 16: warm both variants.
+    if kname == "vision_rope_generation_bwd":
+        return [{"total_patches": 256}, {"total_patches": 131}]
+    return [{"seq_len": 128}, {"seq_len": 131}]
+
+
+def compile_ahead(kname: str, cfgs: list[dict[str, Any]], workers: int) -> dict[str, str | None]:
+    ctx = mp.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        return dict(pool.map(_compile_one, [(kname, c) for c in cfgs], chunksize=4))
+
+
+def sweep_case(k, axes: dict[str, int], cfgs: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    from kernels.check import rel_error
+    from kernels.measure import time_calls
+
+    dev = torch.device("cuda")
+    rows = []
+    data = {}
+    for dist in ("benchmark", "realistic"):
+        inputs = k.make_inputs(axes, seed=int.from_bytes(os.urandom(4), "little"), distribution=dist,
+                               device=dev)
+        data[dist] = (inputs, k.reference(*inputs))
+    ok_cfgs = []
+    for cfg in cfgs:
+        row: dict[str, Any] = {"config": cfg}
+        try:
+            errs = {}
+            for dist, (inputs, refs) in data.items():
+                outs = tuple(torch.full(r.shape, math.nan, dtype=torch.float32, device=dev) for r in refs)
+                k.launch(*inputs, config=cfg, out=outs)
+                torch.cuda.synchronize()
+                errs[dist] = max(rel_error(o, r) for o, r in zip(outs, refs))
+            row["errors"] = errs
+            row["ok"] = all(not math.isnan(e) and e <= k.rtol for e in errs.values())
+            row.update(k.compiled_stats())
+        except Exception as exc:
+            row["ok"] = False
+            row["failure"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        rows.append(row)
+        if row["ok"]:
+            ok_cfgs.append((row, cfg))
+    inputs = data["benchmark"][0]
+    fns = [(lambda c=cfg: k.launch(*inputs, config=c)) for _, cfg in ok_cfgs]
+    for (row, _), t in zip(ok_cfgs, time_calls(fns, n=n, device=dev)):
+        row["timing"] = t.as_dict()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--kernel", action="append", help="kernel (repeatable); both when omitted")
+    ap.add_argument("--case", action="append", type=int, help="suite case number (repeatable)")
+    ap.add_argument("--limit", type=int, default=400, help="at most this many configs per kernel")
+    ap.add_argument("--n", type=int, default=10, help="timed calls per config")
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    from kernels import KERNELS
+    from kernels.device import device_info, versions
+    from kernels.measure import copy_bandwidth
+
+    result: dict[str, Any] = {"device": device_info(), "versions": versions(),
+                              "copy_bandwidth_Bps": copy_bandwidth(), "kernels": {}}
+    for kname in a.kernel or sorted(KERNELS):
+        k = KERNELS[kname]
+        cfgs = candidates(kname, a.limit, a.seed)
+        t0 = time.time()
+        compile_errors = compile_ahead(kname, cfgs, a.workers)
+        t_compile = time.time() - t0
+        failed = {key: err for key, err in compile_errors.items() if err}
+        cfgs = [c for c in cfgs if not compile_errors.get(json.dumps(c, sort_keys=True))]
+        print(f"{kname}: {len(cfgs)} configs compiled in {t_compile:.1f}s, {len(failed)} failed",
+              flush=True)
+        cases = [c for c in k.cases if not a.case or c.number in a.case]
+        per_case = []
+        for c in cases:
+            t1 = time.time()
+            rows = sweep_case(k, c.axes, cfgs, a.n)
+            timed = [r for r in rows if "timing" in r]
+            best = min(timed, key=lambda r: r["timing"]["median_us"]) if timed else None
+            dflt = rows[0].get("timing", {}).get("median_us")
+            n_bad = sum(1 for r in rows if not r["ok"])
+            print(f"  case {c.number:>2} {c.axes}: best {best['timing']['median_us'] if best else float('nan'):.2f} us "
+                  f"default {dflt if dflt else float('nan'):.2f} us, wrong/failed {n_bad}/{len(rows)} "
+                  f"({time.time() - t1:.1f}s) best={json.dumps(best['config']) if best else None}", flush=True)
+            per_case.append({"case": c.number, "axes": c.axes,
+                             "roofline_us": k.bytes_moved(c.axes) / result["copy_bandwidth_Bps"] * 1e6,
+                             "rows": rows})
+        result["kernels"][kname] = {"compile_s": t_compile, "compile_failures": failed, "cases": per_case}
+        with open(a.out, "w") as fh:
+            json.dump(result, fh, indent=0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

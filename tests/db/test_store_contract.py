@@ -1,0 +1,354 @@
+"""The storage contract, run unchanged against SQLite and PostgreSQL (the `store` fixture)."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from helpers import DEVICE, KERNEL, make_record
+
+from db.errors import Conflict, ImportRejected, SchemaBehind, StoreUnavailable
+from db.store import EXPORT_SCHEMA, RecordIn, Store
+
+CASES = [{"total_patches": 64}, {"total_patches": 128}]
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+def test_job_lifecycle(store: Store) -> None:
+    job = store.create_job(KERNEL, CASES, n_trials=5, sampler="tpe", timeout_s=30)
+    assert (job.status, job.trials_done, job.attempts, job.owner) == ("queued", 0, 0, None)
+    assert job.cases == CASES and job.kernel == KERNEL and job.timeout_s == 30.0
+
+    claimed = store.claim_job("w1", lease_seconds=60)
+    assert claimed is not None and claimed.id == job.id
+    assert (claimed.status, claimed.owner, claimed.attempts) == ("running", "w1", 1)
+    assert claimed.started_at is not None and claimed.heartbeat_at is not None
+    assert store.claim_job("w2", lease_seconds=60) is None
+
+    assert store.heartbeat(job.id, "w1") is True
+    assert store.heartbeat(job.id, "w2") is False
+    assert store.update_job_progress(
+        job.id, "w1", trials_done=3, device=DEVICE, best={"latency_us": 4.2}, current_case=CASES[1]
+    )
+    assert store.update_job_progress(job.id, "w2", trials_done=4) is False
+    mid = store.get_job(job.id)
+    assert (mid.trials_done, mid.device, mid.best, mid.current_case) == (3, DEVICE, {"latency_us": 4.2}, CASES[1])
+
+    assert store.finish_job(job.id, "w1", "succeeded") is True
+    done = store.get_job(job.id)
+    assert done.status == "succeeded" and done.finished_at is not None
+    assert store.finish_job(job.id, "w1", "failed", error="late") is False
+    assert store.get_job(job.id).status == "succeeded"
+    d = done.as_dict()
+    assert json.loads(json.dumps(d)) == d and isinstance(d["created_at"], str)
+
+
+def test_claim_takes_oldest_and_reclaims_stale_lease(store: Store) -> None:
+    a = store.create_job(KERNEL, CASES[:1], 2, "random")
+    b = store.create_job(KERNEL, CASES[:1], 2, "random")
+    assert store.claim_job("w1", 60).id == a.id
+    assert store.claim_job("w2", 60).id == b.id
+    assert store.claim_job("w3", 60) is None
+    # A tiny lease makes both running jobs stale: the oldest is taken over first.
+    taken = store.claim_job("w3", lease_seconds=1e-6)
+    assert (taken.id, taken.owner, taken.attempts) == (a.id, "w3", 2)
+    assert store.heartbeat(a.id, "w1") is False, "the old owner lost its lease"
+    assert store.finish_job(a.id, "w1", "succeeded") is False
+    assert store.finish_job(a.id, "w3", "failed", error="boom") is True
+    failed = store.get_job(a.id)
+    assert (failed.status, failed.error) == ("failed", "boom")
+
+
+def test_cancel(store: Store) -> None:
+    queued = store.create_job(KERNEL, CASES, 2, "tpe")
+    running = store.create_job(KERNEL, CASES, 2, "tpe")
+    assert store.cancel_job(queued.id).status == "cancelled"
+    assert store.claim_job("w", 60).id == running.id, "a cancelled job is never claimed"
+    assert store.cancel_job(running.id).status == "cancelled"
+    assert store.heartbeat(running.id, "w") is False
+    assert store.finish_job(running.id, "w", "succeeded") is False
+    assert store.get_job(running.id).status == "cancelled"
+    assert store.cancel_job(987654) is None
+    finished = store.create_job(KERNEL, CASES, 2, "tpe")
+    store.claim_job("w", 60)
+    store.finish_job(finished.id, "w", "succeeded")
+    assert store.cancel_job(finished.id).status == "succeeded"
+
+
+def test_list_count_and_queue_limit(store: Store) -> None:
+    ids = [store.create_job(KERNEL, CASES, 1, "tpe", max_queued=3).id for _ in range(3)]
+    with pytest.raises(Conflict, match="already queued"):
+        store.create_job(KERNEL, CASES, 1, "tpe", max_queued=3)
+    assert store.count_jobs() == 3 and store.count_jobs("queued") == 3
+    store.claim_job("w", 60)
+    assert store.count_jobs("queued") == 2 and store.count_jobs("running") == 1
+    store.create_job(KERNEL, CASES, 1, "tpe", max_queued=3)
+    assert [j.id for j in store.list_jobs()][1:] == ids[::-1], "newest first"
+    assert [j.id for j in store.list_jobs(status="running")] == [ids[0]]
+    assert len(store.list_jobs(limit=2)) == 2
+    assert store.get_job(123456) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        ({"cases": []}, "cases"),
+        ({"cases": [{"total_patches": "64"}]}, "cases[0]"),
+        ({"n_trials": 0}, "n_trials"),
+        ({"kernel": ""}, "kernel"),
+        ({"timeout_s": -1}, "timeout_s"),
+    ],
+)
+def test_create_job_rejects_bad_input_naming_the_argument(store: Store, kwargs: dict, arg: str) -> None:
+    args = {"kernel": KERNEL, "cases": CASES, "n_trials": 2, "sampler": "tpe"} | kwargs
+    with pytest.raises(ValueError, match="^" + re.escape(arg)):
+        store.create_job(**args)
+    assert store.count_jobs() == 0
+
+
+def test_status_arguments_are_checked(store: Store) -> None:
+    with pytest.raises(ValueError, match="status"):
+        store.list_jobs(status="done")
+    job = store.create_job(KERNEL, CASES, 1, "tpe")
+    store.claim_job("w", 60)
+    with pytest.raises(ValueError, match="status"):
+        store.finish_job(job.id, "w", "running")
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def test_better_record_supersedes_and_history_is_kept(store: Store) -> None:
+    v0 = store.records_version()
+    first, improved = store.upsert_best(make_record(10.0, minutes=0))
+    assert improved and first.is_current and first.superseded_at is None
+    worse, improved = store.upsert_best(make_record(12.0, minutes=1, config={"BLOCK_P": 64}))
+    assert not improved and not worse.is_current and worse.superseded_at is not None
+    better, improved = store.upsert_best(make_record(8.0, minutes=2, config={"BLOCK_P": 16}))
+    assert improved and better.is_current
+    tie, improved = store.upsert_best(make_record(8.0, minutes=3, config={"BLOCK_P": 8}))
+    assert not improved, "only a strictly lower median supersedes"
+
+    history = store.record_history(KERNEL, DEVICE, {"total_patches": 64})
+    assert [r.latency_median_us for r in history] == [10.0, 12.0, 8.0, 8.0]
+    assert [r.is_current for r in history] == [False, False, True, False]
+    assert history[0].superseded_by == better.id and history[0].superseded_at is not None
+    assert store.records_version() >= v0 + 4
+
+    current = store.list_records(kernel=KERNEL, device=DEVICE)
+    assert [r.id for r in current] == [better.id]
+    assert len(store.list_records(include_history=True)) == 4
+
+
+def test_identical_record_twice_is_a_no_op(store: Store) -> None:
+    rec = make_record(10.0)
+    first, _ = store.upsert_best(rec)
+    v = store.records_version()
+    again, improved = store.upsert_best(rec)
+    assert again.id == first.id and improved is False
+    assert store.records_version() == v
+    assert len(store.list_records(include_history=True)) == 1
+
+
+def test_record_round_trips_every_field(store: Store) -> None:
+    rec = make_record(
+        5.5,
+        roofline_pct=42.0,
+        speedup_eager=30.0,
+        speedup_compile=20.0,
+        study_name="study-1",
+        job_id=7,
+        device_info={"name": DEVICE, "compute_capability": "9.0", "memory_bytes": 150_000_000_000},
+    )
+    view, _ = store.upsert_best(rec)
+    for f in ("kernel", "axes", "work", "device", "device_info", "torch_version", "triton_version",
+              "source_hash", "config", "latency_median_us", "latency_min_us", "latency_max_us",
+              "latency_iqr_us", "timing_method", "roofline_pct", "speedup_eager", "speedup_compile",
+              "rel_error", "n_trials", "n_failed", "study_name", "job_id", "tuned_at"):
+        assert getattr(view, f) == getattr(rec, f), f
+    assert view.tuned_at.tzinfo is not None
+    dev = {d["name"]: d for d in store.list_devices()}[DEVICE]
+    assert dev["compute_capability"] == "9.0" and dev["n_records"] == 1
+
+
+def test_find_best_exact_and_nearest(store: Store) -> None:
+    small, _ = store.upsert_best(make_record(3.0, axes={"total_patches": 64}, work=1000.0))
+    large, _ = store.upsert_best(make_record(9.0, axes={"total_patches": 1024}, work=9000.0))
+    store.upsert_best(make_record(1.0, axes={"total_patches": 64}, device="other GPU"))
+    hit = store.find_best(KERNEL, DEVICE, {"total_patches": 64}, work=1000.0)
+    assert hit[1] == "exact" and hit[0].id == small.id
+    near = store.find_best(KERNEL, DEVICE, {"total_patches": 900}, work=8000.0)
+    assert near[1] == "nearest" and near[0].id == large.id
+    near = store.find_best(KERNEL, DEVICE, {"total_patches": 100}, work=2000.0)
+    assert near[0].id == small.id
+    assert store.find_best(KERNEL, "unknown GPU", {"total_patches": 64}, 1000.0) is None
+    assert store.find_best("other_kernel", DEVICE, {"total_patches": 64}, 1000.0) is None
+
+
+def test_list_records_filters(store: Store) -> None:
+    store.upsert_best(make_record(3.0, axes={"total_patches": 64}))
+    store.upsert_best(make_record(3.0, axes={"seq_len": 4}, kernel="vision_rope3d_spatial_merge_bwd"))
+    store.upsert_best(make_record(3.0, axes={"total_patches": 64}, device="cpu (triton interpreter)"))
+    assert len(store.list_records()) == 3
+    assert {r.kernel for r in store.list_records(kernel=KERNEL)} == {KERNEL}
+    assert {r.device for r in store.list_records(device=DEVICE)} == {DEVICE}
+    assert len(store.list_records(kernel=KERNEL, device=DEVICE)) == 1
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"latency_median_us": -1.0}, "latency_median_us"),
+        ({"latency_min_us": 100.0}, "latency"),
+        ({"timing_method": "stopwatch"}, "timing_method"),
+        ({"axes": {"total_patches": 1.5}}, "axes"),
+        ({"kernel": " "}, "kernel"),
+    ],
+)
+def test_upsert_rejects_bad_record_naming_the_field(store: Store, change: dict, field: str) -> None:
+    rec = make_record(10.0)
+    for k, v in change.items():
+        setattr(rec, k, v)
+    with pytest.raises(ValueError, match=field):
+        store.upsert_best(rec)
+    assert store.list_records(include_history=True) == []
+
+
+# ----------------------------------------------------------------------------- trials, devices
+
+
+def test_trial_summaries_are_idempotent_and_ordered(store: Store) -> None:
+    axes = {"total_patches": 64}
+    for n in (2, 0, 1):
+        store.add_trial_summary("s1", KERNEL, DEVICE, axes, n, "RUNNING", {"B": n}, None, None, None)
+    store.add_trial_summary("s1", KERNEL, DEVICE, axes, 1, "COMPLETE", {"B": 1}, 4.5, None, None, {"n_regs": 32})
+    store.add_trial_summary("s1", KERNEL, DEVICE, axes, 2, "FAIL", {"B": 2}, None, "compile_error", "ptxas")
+    rows = store.trial_summaries(KERNEL, DEVICE, axes)
+    assert [r["trial_number"] for r in rows] == [0, 1, 2]
+    assert rows[1]["state"] == "COMPLETE" and rows[1]["latency_median_us"] == 4.5 and rows[1]["extra"] == {"n_regs": 32}
+    assert (rows[2]["failure_kind"], rows[2]["message"]) == ("compile_error", "ptxas")
+    assert store.trial_summaries(KERNEL, DEVICE, {"total_patches": 65}) == []
+
+
+def test_ensure_device_is_idempotent_and_refreshes(store: Store) -> None:
+    info = {"name": DEVICE, "compute_capability": "9.0", "memory_bytes": 1, "multiprocessors": 132,
+            "cuda_version": "12.8", "driver_version": "570.1", "interpreter": False}
+    a = store.ensure_device(info)
+    b = store.ensure_device(info | {"driver_version": "575.0"})
+    assert a == b
+    (dev,) = store.list_devices()
+    assert dev["driver_version"] == "575.0" and dev["multiprocessors"] == 132
+    with pytest.raises(ValueError, match=r"info\['name'\]"):
+        store.ensure_device({"compute_capability": "9.0"})
+
+
+# ----------------------------------------------------------------------------- export / import
+
+
+def _seed(store: Store) -> None:
+    store.upsert_best(make_record(10.0, minutes=0))
+    store.upsert_best(make_record(7.0, minutes=1, config={"BLOCK_P": 16}))
+    store.upsert_best(make_record(3.0, axes={"total_patches": 1024}, minutes=2))
+
+
+def test_export_import_round_trip_is_idempotent(store: Store, tmp_path) -> None:
+    _seed(store)
+    doc = store.export_records(include_history=True)
+    assert doc["schema"] == EXPORT_SCHEMA and doc["version"] == 1 and len(doc["records"]) == 3
+    doc = json.loads(json.dumps(doc))
+
+    # Into itself: nothing changes.
+    v = store.records_version()
+    rep = store.import_records(doc)
+    assert (rep.added, rep.superseded, rep.unchanged) == (0, 0, 3)
+    assert store.records_version() == v
+
+    # Into a second, empty store (SQLite): same current records and history, twice over.
+    from db.engine import upgrade
+
+    other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    upgrade(other_url)
+    with Store(other_url) as other:
+        rep = other.import_records(doc)
+        assert (rep.added, rep.superseded, rep.unchanged) == (3, 1, 0)
+        again = other.import_records(doc)
+        assert (again.added, again.superseded, again.unchanged) == (0, 0, 3)
+        src = [(r.axes, r.latency_median_us, r.is_current, r.config) for r in store.list_records(include_history=True)]
+        dst = [(r.axes, r.latency_median_us, r.is_current, r.config) for r in other.list_records(include_history=True)]
+        assert sorted(map(repr, src)) == sorted(map(repr, dst))
+
+
+def test_import_goes_through_the_supersede_rule(store: Store) -> None:
+    store.upsert_best(make_record(5.0, minutes=0))
+    doc = store.export_records()
+    doc["records"][0].update(latency_median_us=9.0, latency_min_us=8.0, latency_max_us=10.0, config={"X": 1})
+    rep = store.import_records(doc)
+    assert (rep.added, rep.superseded) == (1, 0)
+    (cur,) = store.list_records()
+    assert cur.latency_median_us == 5.0, "a slower imported record is history only"
+    doc["records"][0].update(latency_median_us=2.0, latency_min_us=1.0, config={"X": 2})
+    rep = store.import_records(doc)
+    assert (rep.added, rep.superseded) == (1, 1)
+    assert store.list_records()[0].latency_median_us == 2.0
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d["records"][1].pop("latency_median_us"), r"records\[1\]\.latency_median_us"),
+        (lambda d: d["records"][2].update(axes={"total_patches": "many"}), r"records\[2\]\.axes"),
+        (lambda d: d["records"][1].update(bogus=1), r"records\[1\]\.bogus"),
+        (lambda d: d["records"].insert(1, "not an object"), r"records\[1\]"),
+        (lambda d: d.update(version=99), "version"),
+        (lambda d: d.update(schema="other"), "schema"),
+    ],
+)
+def test_malformed_import_is_rejected_whole(store: Store, mutate, expected: str) -> None:
+    _seed(store)
+    doc = store.export_records(include_history=True)
+    fresh = copy.deepcopy(doc)
+    # Make entry 0 new, so a half-import would be visible.
+    fresh["records"][0].update(latency_median_us=1.0, latency_min_us=0.5, config={"NEW": 1})
+    mutate(fresh)
+    before = [r.id for r in store.list_records(include_history=True)]
+    v = store.records_version()
+    with pytest.raises(ImportRejected, match=expected):
+        store.import_records(fresh)
+    assert [r.id for r in store.list_records(include_history=True)] == before
+    assert store.records_version() == v
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def test_schema_behind_on_unmigrated_database(db_url: str) -> None:
+    with Store(db_url) as s:
+        with pytest.raises(SchemaBehind, match="kernelsearch db upgrade"):
+            s.list_records()
+
+
+def test_unreachable_database_raises_store_unavailable(db_url: str, tmp_path) -> None:
+    url = (
+        f"sqlite:///{tmp_path}/is_a_dir/"  # a directory, not a file: SQLite cannot open it
+        if db_url.startswith("sqlite")
+        else "postgresql+psycopg://postgres@127.0.0.1:1/nothing?connect_timeout=2"
+    )
+    (tmp_path / "is_a_dir").mkdir()
+    with Store(url) as s:
+        with pytest.raises(StoreUnavailable, match="database unavailable"):
+            s.ping()
+        with pytest.raises(StoreUnavailable):
+            s.count_jobs()
+
+
+def test_views_are_plain_data(store: Store) -> None:
+    view, _ = store.upsert_best(make_record(4.0))
+    d = view.as_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert datetime.fromisoformat(d["tuned_at"]) == make_record(4.0).tuned_at
+    assert isinstance(RecordIn(**{k: v for k, v in vars(make_record(1.0)).items()}), RecordIn)
+    assert datetime.now(timezone.utc) - store.create_job(KERNEL, CASES, 1, "tpe").created_at < timedelta(minutes=5)

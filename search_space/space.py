@@ -12,7 +12,6 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -338,7 +337,7 @@ def _choices(kernel: str, p: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def space_path(kernel: str) -> Path:
-    return Path(str(resources.files("search_space").joinpath("spaces", f"{kernel}.toml")))
+    return Path(__file__).resolve().parent / "spaces" / f"{kernel}.toml"
 
 
 def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:

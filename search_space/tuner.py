@@ -1,0 +1,561 @@
+"""The tuner: one Optuna study per (kernel, case, device) in the project's database.
+
+Each asked config is checked against the space (constraints, then the kernel's validation)
+before anything runs; the runner then validates, compiles, checks and measures it in a child
+process. The objective is the median latency. Because TPE (and Optuna's other model-based
+samplers) never learn from FAIL trials, a config that is rejected or fails at run time is told
+to Optuna as a COMPLETE trial with a violated constraint (`trial.set_constraint`) and a penalty
+value: TPE and GP then steer away from it, GridSampler counts it as visited. The trial's user
+attributes and the store's trial summary still say it failed and why (state "fail",
+failure_kind). Every config that ran is remembered per study, so a repeated proposal is answered
+from the stored outcome instantly and never re-run.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Sequence
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.trial import TrialState
+
+from kernels import get_kernel
+from kernels.errors import FailureKind, InvalidConfig
+
+from .runner import TrialOutcome, TrialRunner
+from .space import SearchSpace, load_space
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = ("tpe", "random", "grid", "gp", "cmaes")
+CONSTRAINT = "ks_failure"
+# Attributes the tuner keeps on each Optuna trial (user_attrs).
+A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN = (
+    "ks_config", "ks_state", "ks_failure_kind", "ks_message", "ks_outcome", "ks_evaluated")
+GRID_PARAM = "grid_id"
+WARM_NEIGHBOURS = 3
+
+
+@dataclass
+class CaseResult:
+    """What tuning one case produced; phase seconds count this call's trials only."""
+
+    kernel: str
+    axes: dict[str, int]
+    device: str
+    study_name: str
+    sampler: str
+    best_config: dict[str, Any] | None
+    best_latency_us: float | None
+    n_complete: int
+    n_failed: int
+    improved: bool
+    compile_s: float
+    check_s: float
+    measure_s: float
+    stopped_because: str
+    n_rejected: int = 0
+    n_cached: int = 0
+    n_run_now: int = 0
+    wall_s: float = 0.0
+    compile_wait_s: float = 0.0
+    warm_started: int = 0
+    timing_method: str | None = None
+    record_id: int | None = None
+    # Latency (None for a failure) of every evaluated trial of the study, in trial order.
+    history: list[float | None] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class TuneError(ValueError):
+    """Bad arguments to the tuner (unknown sampler, bad counts), naming the argument."""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
+
+
+def study_name(kernel: str, axes: Mapping[str, int], device: str) -> str:
+    """The study's name, derived only from the key: the same case on the same device resumes."""
+    ax = ",".join(f"{k}={int(v)}" for k, v in sorted(axes.items()))
+    return f"ks/{kernel}/{ax}/{_slug(device)}"
+
+
+@lru_cache(maxsize=16)
+def _cached_space(kernel: str) -> SearchSpace:
+    return load_space(kernel)
+
+
+def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
+                 n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
+    """The sampler for a study; passed on every load, since load_study would use a default."""
+    if name == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials,
+                                          multivariate=True, group=True, constant_liar=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.GridSampler({GRID_PARAM: list(range(space.size()))}, seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
+                                         warn_independent_sampling=False)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup_trials,
+                                            warn_independent_sampling=False)
+    raise TuneError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
+
+
+def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None) -> RDBStorage:
+    """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and retried."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RDBStorage(url, heartbeat_interval=heartbeat_s,
+                          grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
+                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+
+
+class _Heartbeat:
+    """Records heartbeats for the trials in flight (ask/tell does not do it for us)."""
+
+    def __init__(self, storage: RDBStorage, interval_s: float):
+        self.storage, self.interval_s = storage, interval_s
+        self.trial_ids: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ks-heartbeat", daemon=True)
+        self._thread.start()
+
+    def add(self, trial_id: int) -> None:
+        with self._lock:
+            self.trial_ids.add(trial_id)
+        self.storage.record_heartbeat(trial_id)
+
+    def remove(self, trial_id: int) -> None:
+        with self._lock:
+            self.trial_ids.discard(trial_id)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with self._lock:
+                ids = list(self.trial_ids)
+            for tid in ids:
+                try:
+                    self.storage.record_heartbeat(tid)
+                except Exception as exc:  # a database hiccup must not kill the tuning loop
+                    log.warning("heartbeat for trial %s failed: %s", tid, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _axes_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
+    if set(a) != set(b):
+        return math.inf
+    return sum(abs(math.log(max(1, int(a[k]))) - math.log(max(1, int(b[k])))) for k in a)
+
+
+def warm_start_configs(store: Any, kernel: str, axes: Mapping[str, int], device: str,
+                       space: SearchSpace, k: int = WARM_NEIGHBOURS) -> list[tuple[dict[str, Any], dict[str, int]]]:
+    """Best configs of the k nearest other cases of this kernel and device that fit the space."""
+    recs = [r for r in store.list_records(kernel, device) if dict(r.axes) != dict(axes)]
+    recs.sort(key=lambda r: (_axes_distance(axes, r.axes), r.latency_median_us))
+    out: list[tuple[dict[str, Any], dict[str, int]]] = []
+    keys: set[str] = set()
+    for r in recs:
+        if len(out) >= k:
+            break
+        if space.violation(r.config) is not None:
+            continue
+        try:
+            space.to_params(r.config)
+            key = space.key(r.config)
+        except InvalidConfig:
+            continue
+        if key not in keys:
+            keys.add(key)
+            out.append((space.canonical(r.config), dict(r.axes)))
+    return out
+
+
+def _state_of(t: optuna.trial.FrozenTrial) -> str | None:
+    return t.user_attrs.get(A_STATE)
+
+
+def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials: int,
+              sampler: str = "tpe", timeout_s: float | None = None, patience: int | None = None,
+              warm_start: bool = True, runner: TrialRunner | None = None, seed: int | None = None,
+              job_id: int | None = None,
+              progress: Callable[[int, int, float | None], None] | None = None,
+              should_stop: Callable[[], bool] | None = None, measure_n: int = 30,
+              space: SearchSpace | None = None, name: str | None = None,
+              heartbeat_s: int = 10, reference: str = "none",
+              copy_bandwidth: float | None = None, write_record: bool = True,
+              max_rejected: int | None = None) -> CaseResult:
+    """Tune one case until `n_trials` configs have been evaluated in its study (resumed trials
+    count), `timeout_s` passes, `patience` evaluated trials bring no improvement, or
+    `should_stop()` says so; then write or improve the case's best record.
+
+    `progress(done, n_trials, best_us)` is called after every evaluated trial. `space` overrides
+    the packaged space, `name` the study name (experiments), `reference` ("none", "eager",
+    "both") measures the PyTorch reference for the record's speedups, `copy_bandwidth` (bytes/s)
+    gives the roofline (measured on a GPU when not given).
+    """
+    t_wall = time.monotonic()
+    kdef = get_kernel(kernel)
+    try:
+        axes = kdef.validate_axes(axes)
+    except ValueError as exc:
+        raise TuneError(f"axes: {exc}") from None
+    if sampler not in SAMPLERS:
+        raise TuneError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
+        raise TuneError(f"n_trials: expected an int >= 0, got {n_trials!r}")
+    if timeout_s is not None and timeout_s <= 0:
+        raise TuneError(f"timeout_s: must be positive, got {timeout_s!r}")
+    if patience is not None and patience < 1:
+        raise TuneError(f"patience: must be >= 1, got {patience!r}")
+    if measure_n < 1:
+        raise TuneError(f"measure_n: must be >= 1, got {measure_n!r}")
+    if reference not in ("none", "eager", "both"):
+        raise TuneError(f"reference: expected none, eager or both, got {reference!r}")
+    space = space or _cached_space(kernel)
+    if space.kernel.name != kernel:
+        raise TuneError(f"space: written for {space.kernel.name!r}, not {kernel!r}")
+    grid = space.grid()
+    if not grid:
+        raise TuneError(f"space of {kernel}: no config passes its constraints")
+    own_runner = runner is None
+    runner = runner or TrialRunner()
+    try:
+        device = runner.device_name
+        store.ensure_device(runner.device_info)
+        sname = name or study_name(kernel, axes, device)
+        storage = make_storage(storage_url, heartbeat_s=heartbeat_s)
+        study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
+                                    sampler=make_sampler(sampler, space, seed=seed),
+                                    load_if_exists=True)
+        loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
+                     sampler, measure_n, seed)
+        loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
+        loop.study.set_user_attr("ks_space", space.fingerprint)
+        warm = loop.warm_start() if warm_start and sampler != "grid" else 0
+        stopped = loop.run(n_trials, timeout_s, patience, progress, should_stop, max_rejected)
+        res = loop.result(stopped, warm)
+        if write_record and loop.best is not None and (loop.run_now or not _has_record(
+                store, kernel, axes, device)):
+            rec, improved = store.upsert_best(
+                loop.record_in(job_id, reference, copy_bandwidth))
+            res.improved, res.record_id = improved, rec.id
+        res.wall_s = time.monotonic() - t_wall
+        return res
+    finally:
+        if own_runner:
+            runner.close()
+
+
+def _has_record(store: Any, kernel: str, axes: Mapping[str, int], device: str) -> bool:
+    return any(dict(r.axes) == dict(axes) for r in store.list_records(kernel, device))
+
+
+class _Loop:
+    """The ask/tell loop of one study, with its memory of outcomes per config."""
+
+    def __init__(self, kernel: str, axes: dict[str, int], device: str, space: SearchSpace,
+                 grid: list[dict[str, Any]], study: optuna.Study, storage: RDBStorage, store: Any,
+                 runner: TrialRunner, sampler: str, measure_n: int, seed: int | None):
+        self.kernel, self.axes, self.device = kernel, axes, device
+        self.space, self.grid, self.study, self.storage = space, grid, study, storage
+        self.store, self.runner, self.sampler = store, runner, sampler
+        self.measure_n, self.seed = measure_n, seed
+        self.seen: dict[str, dict[str, Any]] = {}   # config key -> stored outcome (state, value)
+        self.best: tuple[float, dict[str, Any], dict[str, Any]] | None = None  # value, cfg, outcome
+        self.evaluated = 0
+        self.failed = 0
+        self.rejected = 0
+        self.cached = 0
+        self.run_now = 0
+        self.phase = {"compile": 0.0, "check": 0.0, "measure": 0.0, "wait": 0.0}
+        self.history: list[float | None] = []
+        self.worst_ok: float | None = None
+        self._load_existing()
+
+    # -- state from the study --------------------------------------------------------------
+    def _load_existing(self) -> None:
+        trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        for t in sorted(trials, key=lambda t: t.number):
+            st = _state_of(t)
+            cfg = t.user_attrs.get(A_CONFIG)
+            if st not in ("ok", "fail") or cfg is None:
+                continue
+            if not t.user_attrs.get(A_RUN):
+                continue
+            key = json.dumps(cfg, sort_keys=True)
+            self.evaluated += 1
+            if st == "ok":
+                self._remember_ok(key, t.value, cfg, t.user_attrs.get(A_OUT) or {})
+                self.history.append(t.value)
+            else:
+                self.failed += 1
+                self.seen[key] = {"state": "fail", "kind": t.user_attrs.get(A_KIND),
+                                  "message": t.user_attrs.get(A_MSG)}
+                self.history.append(None)
+        self.best_at = self.evaluated
+
+    def _remember_ok(self, key: str, value: float, cfg: dict[str, Any], outcome: dict[str, Any]) -> bool:
+        self.seen[key] = {"state": "ok", "value": value}
+        self.worst_ok = value if self.worst_ok is None else max(self.worst_ok, value)
+        if self.best is None or value < self.best[0]:
+            self.best = (value, cfg, outcome)
+            return True
+        return False
+
+    def _penalty(self) -> float:
+        # A finite value for samplers that read values of infeasible trials (CMA-ES, GP):
+        # worse than every measured config, but on the same scale.
+        return 2.0 * self.worst_ok if self.worst_ok else 1e7
+
+    # -- warm start ------------------------------------------------------------------------
+    def warm_start(self) -> int:
+        try:
+            picks = warm_start_configs(self.store, self.kernel, self.axes, self.device, self.space)
+        except Exception as exc:  # a store that cannot answer leaves the study cold, not broken
+            log.warning("warm start skipped for %s %s: %s", self.kernel, self.axes, exc)
+            return 0
+        waiting = [t.system_attrs.get("fixed_params") for t in
+                   self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+        n = 0
+        for cfg, src in picks:
+            key = self.space.key(cfg)
+            params = self.space.to_params(cfg)
+            if key in self.seen or params in waiting:
+                continue
+            self.study.enqueue_trial(params, user_attrs={"ks_warm_start_from": src},
+                                     skip_if_exists=True)
+            waiting.append(params)
+            n += 1
+        return n
+
+    # -- the loop --------------------------------------------------------------------------
+    def _config(self, trial: optuna.Trial) -> dict[str, Any]:
+        if self.sampler == "grid":
+            i = trial.suggest_categorical(GRID_PARAM, list(range(len(self.grid))))
+            return dict(self.grid[int(i)])
+        return self.space.suggest(trial)
+
+    def run(self, n_trials: int, timeout_s: float | None, patience: int | None,
+            progress: Callable[[int, int, float | None], None] | None,
+            should_stop: Callable[[], bool] | None, max_rejected: int | None) -> str:
+        t0 = time.monotonic()
+        limit_rej = max_rejected if max_rejected is not None else max(50, 10 * n_trials)
+        batch = max(1, self.runner.compile_workers) if self.runner.compile_workers else 1
+        hb = _Heartbeat(self.storage, max(1.0, self.storage.get_heartbeat_interval() / 2))
+        pending: list[tuple[optuna.Trial, dict[str, Any]]] = []
+        stopped = "n_trials"
+        try:
+            while True:
+                if self.evaluated >= n_trials:
+                    stopped = "n_trials"
+                    break
+                if timeout_s is not None and time.monotonic() - t0 >= timeout_s:
+                    stopped = "timeout"
+                    break
+                if patience is not None and self.evaluated - self.best_at >= patience:
+                    stopped = "patience"
+                    break
+                if should_stop is not None and should_stop():
+                    stopped = "cancelled"
+                    break
+                if sum(1 for v in self.seen.values() if v) >= len(self.grid):
+                    stopped = "space_exhausted"
+                    break
+                if self.rejected + self.cached >= limit_rej:
+                    stopped = "sampler_stuck"
+                    break
+                if not pending:
+                    pending = self._ask_batch(min(batch, n_trials - self.evaluated), hb)
+                trial, cfg = pending.pop(0)
+                try:
+                    self._evaluate(trial, cfg, progress, n_trials)
+                finally:
+                    hb.remove(trial._trial_id)
+        finally:
+            # Trials asked ahead but not run: failed (they count for nothing) and queued again
+            # with the same parameters, so a resumed study still evaluates them.
+            for trial, _ in pending:
+                self.study.tell(trial, state=TrialState.FAIL)
+                self.study.enqueue_trial(trial.params)
+                hb.remove(trial._trial_id)
+            hb.stop()
+        return stopped
+
+    def _ask_batch(self, n: int, hb: _Heartbeat) -> list[tuple[optuna.Trial, dict[str, Any]]]:
+        out = []
+        with warnings.catch_warnings():
+            # Heartbeats are recorded by _Heartbeat: Optuna's hint about optimize() does not apply.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            fail_stale_trials(self.study)
+            for _ in range(max(1, n)):
+                trial = self.study.ask()
+                hb.add(trial._trial_id)
+                out.append((trial, self._config(trial)))
+        if len(out) > 1:
+            fresh = [c for _, c in out
+                     if self.space.violation(c) is None and self.space.key(c) not in self.seen]
+            self.runner.prefetch(self.kernel, self.axes, [self.space.canonical(c) for c in fresh])
+        return out
+
+    def _tell_infeasible(self, trial: optuna.Trial) -> None:
+        trial.set_constraint(CONSTRAINT, 1.0)
+        self.study.tell(trial, self._penalty())
+
+    def _evaluate(self, trial: optuna.Trial, cfg: dict[str, Any],
+                  progress: Callable[[int, int, float | None], None] | None, n_trials: int) -> None:
+        why = self.space.violation(cfg)
+        if why is not None:
+            trial.set_user_attr(A_STATE, "rejected")
+            trial.set_user_attr(A_MSG, why)
+            self.rejected += 1
+            self._tell_infeasible(trial)
+            return
+        full = self.space.canonical(cfg)
+        key = json.dumps(full, sort_keys=True)
+        trial.set_user_attr(A_CONFIG, full)
+        known = self.seen.get(key)
+        if known is not None:
+            # Asked again: answer from memory, never run twice.
+            self.cached += 1
+            trial.set_user_attr(A_STATE, "cached_" + known["state"])
+            if known["state"] == "ok":
+                trial.set_constraint(CONSTRAINT, 0.0)
+                self.study.tell(trial, known["value"])
+            else:
+                trial.set_user_attr(A_KIND, known.get("kind"))
+                self._tell_infeasible(trial)
+            return
+        out = self.runner.run(self.kernel, self.axes, full, measure_n=self.measure_n,
+                              seed=self.seed or 0)
+        self.run_now += 1
+        self.evaluated += 1
+        for ph, v in (("compile", out.compile_s), ("check", out.check_s),
+                      ("measure", out.measure_s), ("wait", out.compile_wait_s)):
+            self.phase[ph] += v
+        trial.set_user_attr(A_RUN, True)
+        trial.set_user_attr(A_OUT, _jsonable(out.as_dict()))
+        if out.ok:
+            value = float(out.timing["median_us"])
+            trial.set_user_attr(A_STATE, "ok")
+            if self._remember_ok(key, value, full, out.as_dict()):
+                self.best_at = self.evaluated
+            trial.set_constraint(CONSTRAINT, 0.0)
+            self.study.tell(trial, value)
+            self.history.append(value)
+        else:
+            self.failed += 1
+            trial.set_user_attr(A_STATE, "fail")
+            trial.set_user_attr(A_KIND, out.failure_kind)
+            trial.set_user_attr(A_MSG, out.message[:2000])
+            self.seen[key] = {"state": "fail", "kind": out.failure_kind, "message": out.message}
+            self._tell_infeasible(trial)
+            self.history.append(None)
+        self._summary(trial, full, out)
+        if progress is not None:
+            progress(self.evaluated, n_trials, self.best[0] if self.best else None)
+
+    def _summary(self, trial: optuna.Trial, cfg: dict[str, Any], out: TrialOutcome) -> None:
+        extra = _jsonable({k: v for k, v in out.as_dict().items()
+                           if k not in ("ok", "failure_kind", "message")})
+        extra["sampler"] = self.sampler
+        try:
+            self.store.add_trial_summary(
+                self.study.study_name, self.kernel, self.device, self.axes, trial.number,
+                "complete" if out.ok else "fail", cfg,
+                out.timing.get("median_us") if out.ok else None,
+                out.failure_kind, out.message or None, extra)
+        except Exception as exc:  # the study holds the trial; a lost summary is only a log line
+            log.warning("trial summary of %s #%d not stored: %s", self.study.study_name,
+                        trial.number, exc)
+
+    # -- results ---------------------------------------------------------------------------
+    def result(self, stopped: str, warm: int) -> CaseResult:
+        best = self.best
+        return CaseResult(
+            kernel=self.kernel, axes=dict(self.axes), device=self.device,
+            study_name=self.study.study_name, sampler=self.sampler,
+            best_config=dict(best[1]) if best else None,
+            best_latency_us=best[0] if best else None,
+            n_complete=self.evaluated - self.failed, n_failed=self.failed, improved=False,
+            compile_s=self.phase["compile"], check_s=self.phase["check"],
+            measure_s=self.phase["measure"], compile_wait_s=self.phase["wait"],
+            stopped_because=stopped, n_rejected=self.rejected, n_cached=self.cached,
+            n_run_now=self.run_now, warm_started=warm,
+            timing_method=(best[2].get("timing") or {}).get("method") if best else None,
+            history=list(self.history))
+
+    def record_in(self, job_id: int | None, reference: str, copy_bw: float | None) -> Any:
+        from db.store import RecordIn
+
+        value, cfg, outcome = self.best  # type: ignore[misc]
+        kdef = get_kernel(self.kernel)
+        timing = outcome.get("timing") or {}
+        errs = [v for v in (outcome.get("rel_errors") or {}).values()
+                if v is not None and math.isfinite(v)]
+        work = float(kdef.bytes_moved(self.axes))
+        method = timing.get("method", "")
+        roofline = None
+        if method == "cupti":
+            bw = copy_bw if copy_bw is not None else self.runner.copy_bandwidth()
+            if bw:
+                roofline = 100.0 * (work / bw) / (value * 1e-6)
+        speed_eager = speed_compile = None
+        if reference in ("eager", "both"):
+            ref = self.runner.measure_reference(self.kernel, self.axes, n=self.measure_n)
+            if ref.get("method") == method:
+                speed_eager = ref["median_us"] / value
+        if reference == "both":
+            ref = self.runner.measure_reference(self.kernel, self.axes, compiled=True,
+                                                n=self.measure_n)
+            if ref.get("method") == method:
+                speed_compile = ref["median_us"] / value
+        versions = self.runner.versions or {}
+        return RecordIn(
+            kernel=self.kernel, axes=dict(self.axes), work=work, device=self.device,
+            device_info=self.runner.device_info, torch_version=versions.get("torch", ""),
+            triton_version=versions.get("triton", ""), source_hash=kdef.source_hash,
+            config=dict(cfg), latency_median_us=value,
+            latency_min_us=float(timing.get("min_us", value)),
+            latency_max_us=float(timing.get("max_us", value)),
+            latency_iqr_us=float(timing.get("iqr_us", 0.0)), timing_method=method,
+            rel_error=max(errs) if errs else 0.0, n_trials=self.evaluated, n_failed=self.failed,
+            roofline_pct=roofline, speedup_eager=speed_eager, speedup_compile=speed_compile,
+            study_name=self.study.study_name, job_id=job_id,
+            tuned_at=datetime.now(timezone.utc))
+
+
+def _jsonable(d: Any) -> Any:
+    """JSON-safe copy: NaN/inf become None (Optuna stores user attributes as JSON)."""
+    if isinstance(d, dict):
+        return {str(k): _jsonable(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_jsonable(v) for v in d]
+    if isinstance(d, float) and not math.isfinite(d):
+        return None
+    return d
+
+
+__all__ = ["tune_case", "study_name", "CaseResult", "TuneError", "SAMPLERS", "make_sampler",
+           "make_storage", "warm_start_configs"]

@@ -1,8 +1,92 @@
-"""`kernelsearch` commands of this area."""
+"""`kernelsearch serve` (the API, with an embedded worker by default) and `kernelsearch worker`."""
 from __future__ import annotations
+
+import logging
+import signal
+import threading
 
 import typer
 
+from .settings import Settings, get_settings
+
+
+def _check_schema_or_exit(settings: Settings) -> None:
+    """Refuse to start on a database whose schema is not this code's, saying what to run."""
+    from db.engine import check_schema, make_engine
+    from db.errors import SchemaBehind, StoreUnavailable
+
+    engine = make_engine(settings.database_url)
+    try:
+        check_schema(engine)
+    except SchemaBehind as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except StoreUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from None
+    finally:
+        engine.dispose()
+
+
+def _logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    """Add `serve` and `worker` to the main app."""
+
+    @app.command()
+    def serve(
+        host: str = typer.Option("127.0.0.1", help="address to listen on"),
+        port: int = typer.Option(8000, min=1, max=65535, help="port to listen on"),
+        no_worker: bool = typer.Option(False, "--no-worker",
+                                       help="API only: run workers with `kernelsearch worker`"),
+    ) -> None:
+        """Run the REST API and dashboard; with an embedded worker unless --no-worker."""
+        import uvicorn
+
+        from .api import create_app
+
+        settings = get_settings()
+        _logging(settings)
+        _check_schema_or_exit(settings)
+        app_ = create_app(settings, start_worker=not no_worker)
+        uvicorn.run(app_, host=host, port=port, log_level=settings.log_level.lower(),
+                    access_log=False)
+
+    @app.command()
+    def worker(
+        once: bool = typer.Option(False, "--once", help="run at most one job, then exit"),
+    ) -> None:
+        """Claim and tune queued jobs (one at a time) until SIGTERM or Ctrl-C."""
+        from db.store import Store
+
+        from .worker import Worker
+
+        settings = get_settings()
+        _logging(settings)
+        _check_schema_or_exit(settings)
+        store = Store(settings.database_url)
+        w = Worker(settings, store)
+        typer.echo(f"worker {w.owner} on {store!r}")
+        stop = threading.Event()
+
+        def _stop(signum: int, _frame: object) -> None:
+            logging.getLogger(__name__).info("signal %d: stopping after the current trial", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        try:
+            if once:
+                w.stop_event = stop
+                try:
+                    ran = w.run_one()
+                finally:
+                    w.close()
+                typer.echo("ran one job" if ran else "no queued job")
+            else:
+                w.run_forever(stop)
+        finally:
+            store.close()

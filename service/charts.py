@@ -1,0 +1,131 @@
+"""Server-side charts: coordinates computed here, drawn as inline SVG by a Jinja macro.
+
+No JavaScript library and no network: the dashboard works offline, and every label goes through
+the template's autoescaping like any other text.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+@dataclass
+class Series:
+    """One line or set of points; y None means no value at that x (a gap)."""
+
+    name: str
+    points: Sequence[tuple[float, float | None]]
+    color: str = PALETTE[0]
+    line: bool = True
+    dots: bool = True
+    dashed: bool = False
+    # One tooltip per point (same order as points), shown as the SVG <title>.
+    titles: Sequence[str] | None = None
+
+
+@dataclass
+class Chart:
+    width: int
+    height: int
+    title: str
+    y_label: str
+    x_label: str
+    plot: tuple[float, float, float, float]  # left, top, right, bottom
+    paths: list[dict] = field(default_factory=list)
+    y_ticks: list[tuple[float, str]] = field(default_factory=list)
+    x_ticks: list[tuple[float, str]] = field(default_factory=list)
+    empty: bool = False
+
+
+def _fmt(v: float) -> str:
+    if v >= 1000:
+        return f"{v / 1000:.3g}k"
+    if v >= 1:
+        return f"{v:.3g}"
+    return f"{v:.2g}"
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    ticks = []
+    e = math.floor(math.log10(lo))
+    while 10 ** e <= hi * 1.0001:
+        for m in (1, 2, 5):
+            t = m * 10 ** e
+            if lo / 1.0001 <= t <= hi * 1.0001:
+                ticks.append(t)
+        e += 1
+    if len(ticks) > 8:
+        ticks = [t for t in ticks if math.isclose(math.log10(t) % 1, 0, abs_tol=1e-9)] or ticks
+    return ticks or [lo, hi]
+
+
+def _lin_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    step = 10 ** math.floor(math.log10((hi - lo) / n))
+    for m in (1, 2, 5, 10):
+        if (hi - lo) / (step * m) <= n:
+            step *= m
+            break
+    start = math.ceil(lo / step) * step
+    return [start + i * step for i in range(int((hi - start) / step) + 1)]
+
+
+def make_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: str = "",
+               x_ticks: Sequence[tuple[float, str]] | None = None, log_y: bool = True,
+               width: int = 720, height: int = 280) -> Chart:
+    """Scale the series into a width x height SVG with ticks; log y when values span decades."""
+    left, top, right, bottom = 64.0, 28.0, width - 16.0, height - 44.0
+    chart = Chart(width, height, title, y_label, x_label, (left, top, right, bottom))
+    ys = [y for s in series for _, y in s.points if y is not None and y > 0 and math.isfinite(y)]
+    xs = [x for s in series for x, _ in s.points]
+    if not ys or not xs:
+        chart.empty = True
+        return chart
+    y_lo, y_hi = min(ys), max(ys)
+    use_log = log_y and y_hi / y_lo > 5
+    if use_log:
+        y_lo, y_hi = y_lo / 1.3, y_hi * 1.3
+        f_lo, f_hi = math.log10(y_lo), math.log10(y_hi)
+    else:
+        pad = (y_hi - y_lo) * 0.1 or y_hi * 0.1 or 1.0
+        y_lo, y_hi = max(0.0, y_lo - pad), y_hi + pad
+        f_lo, f_hi = y_lo, y_hi
+    x_lo, x_hi = min(xs), max(xs)
+    if x_hi == x_lo:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+
+    def sx(x: float) -> float:
+        return round(left + (x - x_lo) / (x_hi - x_lo) * (right - left), 1)
+
+    def sy(y: float) -> float:
+        f = math.log10(y) if use_log else y
+        return round(bottom - (f - f_lo) / (f_hi - f_lo) * (bottom - top), 1)
+
+    for s in series:
+        segments: list[list[tuple[float, float]]] = [[]]
+        dots = []
+        for i, (x, y) in enumerate(s.points):
+            if y is None or not math.isfinite(y) or (use_log and y <= 0):
+                if segments[-1]:
+                    segments.append([])
+                continue
+            p = (sx(x), sy(y))
+            segments[-1].append(p)
+            title = s.titles[i] if s.titles is not None else f"{s.name}: {_fmt(y)}"
+            dots.append({"x": p[0], "y": p[1], "title": title})
+        chart.paths.append({
+            "name": s.name, "color": s.color, "dashed": s.dashed,
+            "lines": [" ".join(f"{x},{y}" for x, y in seg) for seg in segments
+                      if s.line and len(seg) > 1],
+            "dots": dots if s.dots else [],
+        })
+    ticks = _log_ticks(y_lo, y_hi) if use_log else _lin_ticks(y_lo, y_hi)
+    chart.y_ticks = [(sy(t), _fmt(t)) for t in ticks if t > 0 or not use_log]
+    if x_ticks is None:
+        x_ticks = [(t, _fmt(t)) for t in _lin_ticks(x_lo, x_hi, 8)]
+    chart.x_ticks = [(sx(x), label) for x, label in x_ticks if x_lo <= x <= x_hi]
+    return chart

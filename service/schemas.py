@@ -1,0 +1,128 @@
+"""Request and response models of the REST API, so the OpenAPI document describes every route."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Match = Literal["exact", "nearest"]
+
+
+class Message(BaseModel):
+    """Every 4xx/5xx answer: a human-readable reason."""
+
+    detail: Any = Field(description="what went wrong (a string, or FastAPI's list of errors for 422)")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    database: str = Field(description="backend name: sqlite or postgresql")
+    records_version: int
+    devices: list[str]
+    worker: Literal["embedded", "none"]
+    versions: dict[str, str]
+
+
+class Unhealthy(BaseModel):
+    status: Literal["unavailable"]
+    detail: str
+
+
+class AxisOut(BaseModel):
+    name: str
+    minimum: int
+    maximum: int
+    doc: str = ""
+
+
+class ParamOut(BaseModel):
+    name: str
+    choices: list[Any]
+    default: Any
+    doc: str = ""
+    requires: dict[str, list[Any]] = Field(default_factory=dict)
+
+
+class KernelOut(BaseModel):
+    name: str
+    description: str
+    benchmark_problem: str
+    axes: list[AxisOut]
+    inputs: list[str]
+    outputs: list[str]
+    params: list[ParamOut]
+    default_config: dict[str, Any]
+    rtol: float
+    n_cases: int
+    extra_axes: list[str] = Field(default_factory=list,
+                                  description="axes a lookup accepts that do not key the case")
+
+
+class CaseOut(BaseModel):
+    number: int
+    axes: dict[str, int]
+    bytes_moved: int
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class RecordOut(BaseModel):
+    """A tuned record: the best config found for (kernel, case, device)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kernel: str
+    device: str
+    case: dict[str, int]
+    config: dict[str, Any]
+    latency_us: float = Field(description="median latency of the best config, microseconds")
+    roofline_pct: float | None = Field(None, description="bytes / copy bandwidth over latency, in %")
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    timing_method: str | None = None
+    versions: dict[str, str | None] = Field(default_factory=dict,
+                                            description="torch, triton and kernel source hash")
+    tuned_at: datetime | None = None
+
+
+class BestOut(RecordOut):
+    match: Match = Field(description="exact: a record for these axes; nearest: the tuned case "
+                                     "of this kernel and device closest in work")
+    requested: dict[str, int] = Field(description="the axes asked for")
+    same_versions: bool = Field(description="tuned with this service's torch, triton and kernel source")
+    current_versions: dict[str, str | None]
+
+
+class JobCreate(BaseModel):
+    """A tuning job: suite cases ("all") or any valid shapes of one kernel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kernel: str = Field(min_length=1, max_length=200)
+    cases: list[dict[str, int]] | Literal["all"] = Field(
+        description='"all" for the kernel\'s suite, or a list of case axes such as {"seq_len": 2}')
+    n_trials: int = Field(gt=0, description="trials per case (trials already stored count)")
+    sampler: str | None = Field(None, max_length=32, description="Optuna sampler; default tpe")
+    timeout_s: float | None = Field(None, gt=0, le=30 * 86400,
+                                    description="wall-clock limit of the whole job")
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: int
+    status: JobStatus
+    kernel: str
+    cases: list[dict[str, int]]
+    n_trials: int
+    sampler: str | None = None
+    timeout_s: float | None = None
+    trials_done: int = 0
+    device: str | None = None
+    best: Any = None
+    error: str | None = None
+    current_case: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None

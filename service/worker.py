@@ -1,0 +1,218 @@
+"""The worker: claims queued jobs from the database and tunes them case by case.
+
+Several workers (threads, processes, hosts) share one database: a job is claimed with a lease
+that a heartbeat thread renews; a job whose worker stopped heartbeating is claimed again by
+another, and its Optuna studies continue from their stored trials (tune_case counts trials
+already in a study toward n_trials), so no trial is lost or counted twice. Candidates run in
+the tuner's TrialRunner child process, so a crashing or hanging kernel never takes us down.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from db.errors import StoreError, StoreUnavailable
+
+from .metrics import Metrics
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def default_owner() -> str:
+    """host:pid:uuid, unique per worker even with several in one process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+class _Lease:
+    """Renews a job's lease every `interval` s in a thread; `lost` is set when renewal fails."""
+
+    def __init__(self, store: Any, job_id: int, owner: str, interval: float) -> None:
+        self.store, self.job_id, self.owner, self.interval = store, job_id, owner, interval
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ks-heartbeat-{job_id}", daemon=True)
+
+    def __enter__(self) -> "_Lease":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                if not self.store.heartbeat(self.job_id, self.owner):
+                    self.lost.set()
+                    return
+            except StoreUnavailable as exc:
+                # Keep trying: the lease only expires after lease_seconds without a heartbeat.
+                log.warning("heartbeat of job %s failed: %s", self.job_id, exc)
+
+
+class Worker:
+    """Claims and runs jobs; `run_forever(stop)` loops, `run_one()` handles at most one job."""
+
+    def __init__(self, settings: Settings, store: Any, *, owner: str | None = None,
+                 metrics: Metrics | None = None,
+                 on_records_changed: Callable[[], None] | None = None,
+                 runner: Any | None = None, kernel_modules: tuple[str, ...] = ()) -> None:
+        self.settings = settings
+        self.store = store
+        self.owner = owner or settings.worker_id or default_owner()
+        self.metrics = metrics
+        self.on_records_changed = on_records_changed
+        self.kernel_modules = kernel_modules
+        self._runner = runner
+        self._own_runner = runner is None
+        self.stop_event = threading.Event()
+
+    # -- the runner ---------------------------------------------------------------------------
+    @property
+    def runner(self) -> Any:
+        """The tuner's child-process trial runner, started on first use and kept for all jobs."""
+        if self._runner is None:
+            from search_space.runner import TrialRunner
+
+            self._runner = TrialRunner(trial_timeout_s=self.settings.trial_timeout_s,
+                                       kernel_modules=self.kernel_modules)
+        return self._runner
+
+    def close(self) -> None:
+        if self._own_runner and self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    # -- loops --------------------------------------------------------------------------------
+    def run_forever(self, stop_event: threading.Event | None = None) -> None:
+        """Claim and run jobs until `stop_event` is set; a running job stops after its trial."""
+        if stop_event is not None:
+            self.stop_event = stop_event
+        stop = self.stop_event
+        log.info("worker %s started", self.owner)
+        try:
+            while not stop.is_set():
+                try:
+                    worked = self.run_one()
+                except StoreUnavailable as exc:
+                    log.warning("worker %s: database unavailable: %s", self.owner, exc)
+                    worked = False
+                except Exception:
+                    log.exception("worker %s: unexpected error; continuing", self.owner)
+                    worked = False
+                if not worked:
+                    stop.wait(self.settings.worker_poll_seconds)
+        finally:
+            self.close()
+            log.info("worker %s stopped", self.owner)
+
+    def run_one(self) -> bool:
+        """Claim one job and run it to its end; False when no job was waiting."""
+        job = self.store.claim_job(self.owner, self.settings.lease_seconds)
+        if job is None:
+            return False
+        log.info("worker %s claimed job %s (%s, %d cases, attempt %d)", self.owner, job.id,
+                 job.kernel, len(job.cases), job.attempts)
+        with _Lease(self.store, job.id, self.owner, self.settings.heartbeat_seconds) as lease:
+            status, error = self._run_job(job, lease)
+        if status is None:
+            why = "cancelled" if self._cancelled(job.id) else "lease lost or worker stopping"
+            log.info("worker %s left job %s: %s", self.owner, job.id, why)
+            return True
+        if self.store.finish_job(job.id, self.owner, status, error=error):
+            if self.metrics is not None:
+                self.metrics.jobs_finished.labels(status).inc()
+            log.info("job %s %s%s", job.id, status, f": {error}" if error else "")
+        return True
+
+    def _cancelled(self, job_id: int) -> bool:
+        try:
+            job = self.store.get_job(job_id)
+        except StoreError:
+            return False
+        return job is not None and job.status == "cancelled"
+
+    def _run_job(self, job: Any, lease: _Lease) -> tuple[str | None, str | None]:
+        """(final status, error), or (None, None) when the job must be left as it is."""
+        from search_space.tuner import tune_case
+
+        deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
+
+        def should_stop() -> bool:
+            return (self.stop_event.is_set() or lease.lost.is_set()
+                    or (deadline is not None and time.monotonic() >= deadline))
+
+        try:
+            device = self.runner.device_name
+        except Exception as exc:
+            return "failed", f"trial runner did not start: {type(exc).__name__}: {exc}"
+        best: dict[str, Any] = dict(job.best or {})
+        results: list[dict[str, Any]] = list(best.get("cases", []))
+        done_before = 0
+        for i, axes in enumerate(job.cases):
+            if should_stop():
+                break
+            base = done_before
+            self.store.update_job_progress(job.id, self.owner, trials_done=base, device=device,
+                                           current_case={"index": i, "axes": axes})
+
+            def progress(done: int, total: int, best_us: float | None, _base: int = base,
+                         _axes: dict = axes, _i: int = i) -> None:
+                if self.metrics is not None:
+                    self.metrics.trials.inc()
+                cur = {"index": _i, "axes": _axes, "trials_done": done, "n_trials": total,
+                       "best_latency_us": best_us}
+                if not self.store.update_job_progress(job.id, self.owner, trials_done=_base + done,
+                                                      current_case=cur):
+                    lease.lost.set()
+
+            remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
+            try:
+                result = tune_case(
+                    job.kernel, axes, store=self.store, storage_url=self.settings.database_url,
+                    n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining,
+                    runner=self.runner, job_id=job.id, progress=progress,
+                    should_stop=should_stop, measure_n=self.settings.measure_n)
+            except StoreUnavailable:
+                raise
+            except Exception as exc:
+                log.exception("job %s: case %s failed", job.id, axes)
+                return "failed", f"case {axes}: {type(exc).__name__}: {exc}"
+            summary = case_summary(axes, result)
+            results = [r for r in results if r.get("axes") != axes] + [summary]
+            best = {"cases": results}
+            done_before += int(summary.get("trials_done") or 0)
+            self.store.update_job_progress(job.id, self.owner, trials_done=done_before, best=best)
+            if self.on_records_changed is not None:
+                self.on_records_changed()
+        if lease.lost.is_set() or self.stop_event.is_set():
+            return None, None
+        if len(results) < len(job.cases) or any(r.get("trials_done", 0) < job.n_trials
+                                                 and not r.get("stopped_early") for r in results):
+            if deadline is not None and time.monotonic() >= deadline:
+                return "failed", (f"timed out after {job.timeout_s:g} s with "
+                                  f"{len(results)} of {len(job.cases)} cases tuned")
+        if not any(r.get("best_latency_us") is not None for r in results):
+            return "failed", "no valid config found: every trial failed (see the trial history)"
+        return "succeeded", None
+
+
+def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:
+    """A job's view of one tuned case (from the tuner's CaseResult)."""
+    as_dict = result.as_dict() if hasattr(result, "as_dict") else dict(vars(result))
+    return {
+        "axes": dict(axes),
+        "best_latency_us": as_dict.get("best_latency_us"),
+        "best_config": as_dict.get("best_config"),
+        "trials_done": as_dict.get("n_trials_total", as_dict.get("n_trials", 0)),
+        "n_failed": as_dict.get("n_failed"),
+        "stopped_early": bool(as_dict.get("stopped_early", False)),
+        "improved": as_dict.get("improved"),
+    }

@@ -1,0 +1,46 @@
+"""Fixtures of the service tests: an app over a migrated store, and records to look up."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from svc_helpers import H200, record, settings_for
+
+from db.store import Store
+from service.api import create_app
+from service.settings import Settings
+
+
+@pytest.fixture
+def add_record(store: Store) -> Callable[..., Any]:
+    def add(kernel: str, axes: dict[str, int], latency_us: float, device: str = H200, **kw: Any):
+        view, _ = store.upsert_best(record(kernel, axes, latency_us, device, **kw))
+        return view
+
+    return add
+
+
+@pytest.fixture
+def settings(store: Store) -> Settings:
+    return settings_for(store.url)
+
+
+@pytest.fixture
+def client(store: Store, settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, store=store)) as c:
+        yield c
+
+
+@pytest.fixture
+def sqlite_store(sqlite_url: str) -> Iterator[Store]:
+    """A migrated SQLite store, for tests that need no PostgreSQL twin."""
+    from db.engine import upgrade
+
+    upgrade(sqlite_url)
+    s = Store(sqlite_url)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -1,0 +1,38 @@
+"""Helpers shared by the service tests (named uniquely: test folders are not packages)."""
+from __future__ import annotations
+
+from typing import Any
+
+import kernels
+from db.store import RecordIn
+from kernels.device import versions
+from service.settings import Settings
+
+KA = "vision_rope_generation_bwd"
+KB = "vision_rope3d_spatial_merge_bwd"
+H200 = "NVIDIA H200"
+
+
+def settings_for(url: str, **kw: Any) -> Settings:
+    """Settings for a test: its database, fast checks, no token unless given."""
+    base = dict(database_url=url, api_token=None, records_check_seconds=0.05,
+                heartbeat_seconds=0.5, lease_seconds=60.0, worker_poll_seconds=0.1, measure_n=2,
+                trial_timeout_s=120.0, service_url=None)
+    base.update(kw)
+    return Settings(**base)
+
+
+def record(kernel: str, axes: dict[str, int], latency_us: float, device: str = H200,
+           **kw: Any) -> RecordIn:
+    """A plausible record as the tuner would store it, with this code's versions."""
+    k = kernels.get_kernel(kernel)
+    v = versions()
+    fields: dict[str, Any] = dict(
+        kernel=kernel, axes=axes, work=float(k.bytes_moved(axes)), device=device,
+        torch_version=v["torch"], triton_version=v["triton"], source_hash=k.source_hash,
+        config=k.default_config, latency_median_us=latency_us, latency_min_us=latency_us * 0.95,
+        latency_max_us=latency_us * 1.1, latency_iqr_us=latency_us * 0.02, timing_method="cupti",
+        rel_error=1e-7, n_trials=10, n_failed=1, roofline_pct=50.0, speedup_eager=20.0,
+        speedup_compile=5.0, study_name=f"{kernel}-test", device_info={"name": device})
+    fields.update(kw)
+    return RecordIn(**fields)

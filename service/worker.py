@@ -179,7 +179,8 @@ class Worker:
                     job.kernel, axes, store=self.store, storage_url=self.settings.database_url,
                     n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining,
                     runner=self.runner, job_id=job.id, progress=progress,
-                    should_stop=should_stop, measure_n=self.settings.measure_n)
+                    should_stop=should_stop, measure_n=self.settings.measure_n,
+                    reference=self._reference())
             except StoreUnavailable:
                 raise
             except Exception as exc:
@@ -188,31 +189,39 @@ class Worker:
             summary = case_summary(axes, result)
             results = [r for r in results if r.get("axes") != axes] + [summary]
             best = {"cases": results}
-            done_before += int(summary.get("trials_done") or 0)
+            done_before += summary["trials_done"]
             self.store.update_job_progress(job.id, self.owner, trials_done=done_before, best=best)
             if self.on_records_changed is not None:
                 self.on_records_changed()
+            if summary["stopped_because"] in ("cancelled", "timeout"):
+                break
         if lease.lost.is_set() or self.stop_event.is_set():
             return None, None
-        if len(results) < len(job.cases) or any(r.get("trials_done", 0) < job.n_trials
-                                                 and not r.get("stopped_early") for r in results):
-            if deadline is not None and time.monotonic() >= deadline:
-                return "failed", (f"timed out after {job.timeout_s:g} s with "
-                                  f"{len(results)} of {len(job.cases)} cases tuned")
+        if deadline is not None and time.monotonic() >= deadline:
+            finished = sum(1 for r in results if r["stopped_because"] not in ("cancelled", "timeout"))
+            if finished < len(job.cases):
+                return "failed", (f"timed out after {job.timeout_s:g} s with {finished} of "
+                                  f"{len(job.cases)} cases fully tuned (their records are kept)")
         if not any(r.get("best_latency_us") is not None for r in results):
             return "failed", "no valid config found: every trial failed (see the trial history)"
         return "succeeded", None
 
+    def _reference(self) -> str:
+        """What tune_case measures for the record's speedups (torch.compile only on a GPU)."""
+        if self.settings.tune_reference != "auto":
+            return self.settings.tune_reference
+        return "both" if self.runner.on_gpu else "eager"
+
 
 def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:
     """A job's view of one tuned case (from the tuner's CaseResult)."""
-    as_dict = result.as_dict() if hasattr(result, "as_dict") else dict(vars(result))
     return {
         "axes": dict(axes),
-        "best_latency_us": as_dict.get("best_latency_us"),
-        "best_config": as_dict.get("best_config"),
-        "trials_done": as_dict.get("n_trials_total", as_dict.get("n_trials", 0)),
-        "n_failed": as_dict.get("n_failed"),
-        "stopped_early": bool(as_dict.get("stopped_early", False)),
-        "improved": as_dict.get("improved"),
+        "best_latency_us": result.best_latency_us,
+        "best_config": result.best_config,
+        "trials_done": int(result.n_complete) + int(result.n_failed),
+        "n_failed": int(result.n_failed),
+        "stopped_because": result.stopped_because,
+        "improved": bool(result.improved),
+        "timing_method": result.timing_method,
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, make_url
@@ -49,27 +49,47 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture
+def make_db_url(tmp_path) -> Iterator[Callable[[str], str]]:
+    """A factory of further empty databases: make_db_url("sqlite") or make_db_url("postgres")
+    (the latter skips when KS_TEST_POSTGRES_URL is unset); all are dropped after the test."""
+    base = os.environ.get(PG_ENV)
+    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool) if base else None
+    created: list[str] = []
+
+    def make(kind: str) -> str:
+        if kind == "sqlite":
+            return f"sqlite:///{tmp_path / f'ks_{uuid.uuid4().hex[:8]}.db'}"
+        if kind != "postgres":
+            raise ValueError(f"kind: expected 'sqlite' or 'postgres', got {kind!r}")
+        if admin is None:
+            pytest.skip(PG_SKIP_REASON)
+        name = f"ks_test_{uuid.uuid4().hex[:16]}"
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        created.append(name)
+        return make_url(base).set(database=name).render_as_string(hide_password=False)
+
+    try:
+        yield make
+    finally:
+        if admin is not None:
+            with admin.connect() as conn:
+                for name in created:
+                    conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.dispose()
+
+
+@pytest.fixture
 def sqlite_url(tmp_path) -> str:
     """A fresh SQLite file in the test's temporary folder (not yet migrated)."""
     return f"sqlite:///{tmp_path / 'ks.db'}"
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A private, empty PostgreSQL database on the server in KS_TEST_POSTGRES_URL, dropped after."""
-    base = os.environ.get(PG_ENV)
-    if not base:
-        pytest.skip(PG_SKIP_REASON)
-    name = f"ks_test_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield make_url(base).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+def pg_url(make_db_url: Callable[[str], str]) -> str:
+    """A private, empty PostgreSQL database (`ks_test_<hex>`) on the server in
+    KS_TEST_POSTGRES_URL, dropped after the test; skips when the variable is unset."""
+    return make_db_url("postgres")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -1,0 +1,61 @@
+"""Functions run in spawned processes by test_concurrency (module-level so spawn can import them)."""
+from __future__ import annotations
+
+import time
+
+from helpers import make_record
+
+from db.store import Store
+
+
+def _wait(start_at: float) -> None:
+    time.sleep(max(0.0, start_at - time.time()))
+
+
+def claim_all(url: str, owner: str, start_at: float) -> list[int]:
+    """Claim and finish jobs until none is left; returns the ids this process got."""
+    got: list[int] = []
+    with Store(url) as store:
+        store.ping()
+        _wait(start_at)
+        while (job := store.claim_job(owner, lease_seconds=3600)) is not None:
+            got.append(job.id)
+            assert store.finish_job(job.id, owner, "succeeded")
+    return got
+
+
+def upsert_many(url: str, latencies: list[float], start_at: float) -> list[tuple[int, float, bool]]:
+    """Store one record per latency for the same key; returns (id, latency, improved)."""
+    out = []
+    with Store(url) as store:
+        store.ping()
+        _wait(start_at)
+        for lat in latencies:
+            view, improved = store.upsert_best(make_record(lat, config={"lat": lat}, minutes=lat))
+            out.append((view.id, lat, improved))
+    return out
+
+
+def import_doc(url: str, doc: dict, start_at: float) -> tuple[int, int, int]:
+    with Store(url) as store:
+        store.ping()
+        _wait(start_at)
+        rep = store.import_records(doc)
+    return rep.added, rep.superseded, rep.unchanged
+
+
+def create_limited(url: str, n: int, limit: int, start_at: float) -> int:
+    """Try to queue n jobs under a queue limit; returns how many were accepted."""
+    from db.errors import Conflict
+
+    ok = 0
+    with Store(url) as store:
+        store.ping()
+        _wait(start_at)
+        for _ in range(n):
+            try:
+                store.create_job("k", [{"seq_len": 1}], 1, "tpe", max_queued=limit)
+                ok += 1
+            except Conflict:
+                pass
+    return ok

@@ -1,8 +1,204 @@
-"""`kernelsearch` commands of this area."""
+"""`kernelsearch db ...` and `kernelsearch records ...`: migrations and the records file format.
+
+Output is plain text, one fact per line, so scripts can grep it; errors go to stderr with exit 1.
+"""
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from sqlalchemy import make_url
+
+from db.engine import check_schema, current_revision, head_revision, make_engine, upgrade
+from db.errors import SchemaBehind, StoreError
+from db.store import Store
+
+db_app = typer.Typer(help="Database schema: Alembic migrations of kernelsearch's own tables.", no_args_is_help=True)
+records_app = typer.Typer(help="Tuned records: list, export to and import from JSON files.", no_args_is_help=True)
+
+UrlOpt = Annotated[
+    str | None, typer.Option("--url", help="database URL (default: KS_DATABASE_URL or sqlite:///var/kernelsearch.db)")
+]
+KernelOpt = Annotated[str | None, typer.Option("--kernel", help="only this kernel")]
+DeviceOpt = Annotated[str | None, typer.Option("--device", help="only this device name")]
+HistoryOpt = Annotated[bool, typer.Option("--history", help="include superseded records")]
+
+
+def _url(url: str | None) -> str:
+    if url:
+        return url
+    from .settings import get_settings
+
+    return get_settings().database_url
+
+
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+@contextmanager
+def _store(url: str | None) -> Iterator[Store]:
+    """An upgraded store, or a clear error (schema behind, unreachable) and exit 1."""
+    try:
+        with Store(_url(url)) as store:
+            check_schema(store.engine)
+            yield store
+    except StoreError as e:
+        raise _fail(str(e)) from None
+    except ValueError as e:
+        raise _fail(str(e)) from None
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    url: UrlOpt = None,
+    revision: Annotated[str, typer.Option("--revision", help="target revision")] = "head",
+) -> None:
+    """Create or migrate kernelsearch's tables (Optuna's tables in the same database are left alone)."""
+    target = _url(url)
+    try:
+        upgrade(target, revision)
+        engine = make_engine(target)
+        try:
+            rev = current_revision(engine)
+        finally:
+            engine.dispose()
+    except (StoreError, ValueError) as e:
+        raise _fail(str(e)) from None
+    typer.echo(f"database: {_shown(target)}")
+    typer.echo(f"revision: {rev}")
+
+
+@db_app.command("current")
+def db_current(
+    url: UrlOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="exit 1 when the database is not at head")] = False,
+) -> None:
+    """Show the database's migration revision and the code's head."""
+    target = _url(url)
+    try:
+        engine = make_engine(target)
+        try:
+            rev = current_revision(engine)
+            try:
+                check_schema(engine)
+                state = "up to date"
+            except SchemaBehind as e:
+                state = f"behind: {e}"
+        finally:
+            engine.dispose()
+    except (StoreError, ValueError) as e:
+        raise _fail(str(e)) from None
+    typer.echo(f"database: {_shown(target)}")
+    typer.echo(f"current: {rev or 'none'}")
+    typer.echo(f"head: {head_revision()}")
+    typer.echo(f"status: {state}")
+    if check and state != "up to date":
+        raise typer.Exit(1)
+
+
+@records_app.command("export")
+def records_export(
+    file: Annotated[str, typer.Argument(help="output JSON file, or - for stdout")],
+    kernel: KernelOpt = None,
+    device: DeviceOpt = None,
+    history: HistoryOpt = False,
+    url: UrlOpt = None,
+) -> None:
+    """Write records as a versioned JSON document (schema kernelsearch.records)."""
+    with _store(url) as store:
+        try:
+            doc = store.export_records(kernel=kernel, device=device, include_history=history)
+        except StoreError as e:
+            raise _fail(str(e)) from None
+    text = json.dumps(doc, indent=2) + "\n"
+    if file == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        path = Path(file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    typer.echo(f"exported: {len(doc['records'])} records to {file}", err=True)
+
+
+def _read_doc(file: str) -> Any:
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except OSError as e:
+        raise _fail(f"cannot read {file}: {e.strerror or e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _fail(f"{file} is not valid JSON: {e}") from None
+
+
+@records_app.command("import")
+def records_import(
+    file: Annotated[str, typer.Argument(help="JSON file written by `records export`, or - for stdin")],
+    if_empty: Annotated[
+        bool, typer.Option("--if-empty", help="do nothing when the database already has records")
+    ] = False,
+    url: UrlOpt = None,
+) -> None:
+    """Import records in one transaction; the same file twice changes nothing, a bad entry
+    rejects the whole file."""
+    with _store(url) as store:
+        try:
+            if if_empty and store.has_records():
+                typer.echo("skipped: the database already has records (--if-empty)")
+                return
+            doc = _read_doc(file)
+            report = store.import_records(doc)
+        except StoreError as e:
+            raise _fail(f"{file}: {e}") from None
+    typer.echo(f"imported: {file}")
+    typer.echo(f"added: {report.added}")
+    typer.echo(f"superseded: {report.superseded}")
+    typer.echo(f"unchanged: {report.unchanged}")
+
+
+def _fmt_axes(axes: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(axes.items()))
+
+
+@records_app.command("list")
+def records_list(
+    kernel: KernelOpt = None,
+    device: DeviceOpt = None,
+    history: HistoryOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON list instead of text lines")] = False,
+    url: UrlOpt = None,
+) -> None:
+    """One line per record: kernel, device, axes, median latency (us), current/history, config."""
+    with _store(url) as store:
+        try:
+            recs = store.list_records(kernel=kernel, device=device, include_history=history)
+        except StoreError as e:
+            raise _fail(str(e)) from None
+    if as_json:
+        typer.echo(json.dumps([r.as_dict() for r in recs], indent=2))
+        return
+    typer.echo("kernel\tdevice\taxes\tmedian_us\tstate\ttuned_at\tconfig")
+    for r in recs:
+        state = "current" if r.is_current else "history"
+        typer.echo(
+            f"{r.kernel}\t{r.device}\t{_fmt_axes(r.axes)}\t{r.latency_median_us:.3f}\t{state}\t"
+            f"{r.tuned_at.isoformat(timespec='seconds')}\t{json.dumps(r.config, sort_keys=True)}"
+        )
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    """Add `db` and `records` command groups to the main app."""
+    app.add_typer(db_app, name="db")
+    app.add_typer(records_app, name="records")

@@ -11,7 +11,7 @@ import hashlib
 import json
 import tomllib
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -250,9 +250,9 @@ class SearchSpace:
             cfg[p.name] = full.get(p.name, self.kernel.param(p.name).default)
             out[p.optuna_name] = p.to_optuna(cfg[p.name])
         for kp in self.kernel.params:
-            if kp.name not in self.names and kp.name in full and full[kp.name] != kp.default:
+            if kp.name not in cfg and kp.name in full and full[kp.name] != kp.default:
                 raise InvalidConfig(f"parameter {kp.name!r}={full[kp.name]!r}: the space keeps it "
-                                    f"at {kp.default!r}")
+                                    f"at {kp.default!r} here")
         return out
 
     def config_of(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -340,6 +340,12 @@ def space_path(kernel: str) -> Path:
     return Path(__file__).resolve().parent / "spaces" / f"{kernel}.toml"
 
 
+@lru_cache(maxsize=32)
+def get_space(kernel: str) -> SearchSpace:
+    """`load_space` once per process (the grid of a large space takes a second to enumerate)."""
+    return load_space(kernel)
+
+
 def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     """The search space of a kernel, from the packaged TOML file (or `path`)."""
     p = Path(path) if path is not None else space_path(kernel)
@@ -357,5 +363,5 @@ def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     return SearchSpace.from_dict(doc, kdef)
 
 
-__all__ = ["SearchSpace", "SpaceParam", "Constraint", "SpaceError", "load_space", "space_path",
+__all__ = ["get_space", "SearchSpace", "SpaceParam", "Constraint", "SpaceError", "load_space", "space_path",
            "IDX_SUFFIX"]

@@ -21,7 +21,6 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
@@ -32,7 +31,7 @@ from kernels import get_kernel
 from kernels.errors import FailureKind, InvalidConfig
 
 from .runner import TrialOutcome, TrialRunner
-from .space import SearchSpace, load_space
+from .space import SearchSpace, get_space
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +89,6 @@ def study_name(kernel: str, axes: Mapping[str, int], device: str) -> str:
     """The study's name, derived only from the key: the same case on the same device resumes."""
     ax = ",".join(f"{k}={int(v)}" for k, v in sorted(axes.items()))
     return f"ks/{kernel}/{ax}/{_slug(device)}"
-
-
-@lru_cache(maxsize=16)
-def _cached_space(kernel: str) -> SearchSpace:
-    return load_space(kernel)
 
 
 def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
@@ -232,7 +226,7 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
         raise TuneError(f"measure_n: must be >= 1, got {measure_n!r}")
     if reference not in ("none", "eager", "both"):
         raise TuneError(f"reference: expected none, eager or both, got {reference!r}")
-    space = space or _cached_space(kernel)
+    space = space or get_space(kernel)
     if space.kernel.name != kernel:
         raise TuneError(f"space: written for {space.kernel.name!r}, not {kernel!r}")
     grid = space.grid()

@@ -1,0 +1,50 @@
+"""Fixtures of the search-space tests: a migrated SQLite store, the test kernel, a runner."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # the runner's spawned children import ks_fake_kernels too
+
+import ks_fake_kernels  # noqa: E402  (registers the test kernel in this process)
+
+from search_space.runner import TrialRunner  # noqa: E402
+from search_space.space import SearchSpace  # noqa: E402
+
+FAKE = ks_fake_kernels.NAME
+
+
+def fake_space(modes=("ok",), blocks=(16, 32)) -> SearchSpace:
+    return SearchSpace.from_dict({
+        "kernel": FAKE,
+        "param": [{"name": "MODE", "choices": list(modes)},
+                  {"name": "BLOCK", "choices": list(blocks), "ordinal": True}],
+    }, ks_fake_kernels.KERNEL)
+
+
+@pytest.fixture
+def ss_store(sqlite_url: str) -> Iterator[tuple[object, str]]:
+    """(Store, url) on a migrated SQLite file; Optuna's tables go into the same file."""
+    from db.engine import upgrade
+    from db.store import Store
+
+    upgrade(sqlite_url)
+    s = Store(sqlite_url)
+    try:
+        yield s, sqlite_url
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[TrialRunner]:
+    r = TrialRunner(trial_timeout_s=20.0, kernel_modules=["ks_fake_kernels"])
+    try:
+        yield r
+    finally:
+        r.close()

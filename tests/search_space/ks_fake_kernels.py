@@ -1,0 +1,78 @@
+"""A test-only kernel whose configs misbehave on purpose: wrong results, crashes, hangs.
+
+Importing this module registers it in `kernels.KERNELS`; the trial runner imports it in its
+child process through `TrialRunner(kernel_modules=["ks_fake_kernels"])`. Nothing in kernels/ is
+edited: it is a real Triton kernel (y = FACTOR * x) declared through the same KernelDef.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Mapping
+
+import torch
+import triton
+import triton.language as tl
+
+import kernels
+from kernels.device import default_device
+from kernels.errors import CompileError
+from kernels.spec import Axis, KernelDef, Param
+
+NAME = "ks_test_scale"
+
+
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, FACTOR: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m, other=0.0) * FACTOR, mask=m)
+
+
+def launch(x: torch.Tensor, *, config: Mapping[str, Any], out=None):
+    mode = config["MODE"]
+    if mode == "crash":
+        os._exit(3)  # what a segfaulting candidate looks like from the parent
+    if mode == "hang":
+        time.sleep(3600)
+    if mode == "slow":
+        time.sleep(1.0)
+    if mode == "compile_error":
+        raise CompileError("ks_test_scale: MODE=compile_error refuses to compile")
+    y = out[0] if out is not None else torch.empty_like(x)
+    n = x.numel()
+    bs = config["BLOCK"]
+    KERNEL.last_compiled = _scale_kernel[(triton.cdiv(n, bs),)](
+        x, y, n, BLOCK=bs, FACTOR=3.0 if mode == "wrong" else 2.0)
+    return (y,)
+
+
+def make_inputs(axes, *, seed, distribution="benchmark", device=None):
+    device = torch.device(device) if device is not None else default_device()
+    n = int(axes["n"])
+    gen = torch.Generator().manual_seed(seed)
+    if distribution == "benchmark":
+        x = torch.randn(n, generator=gen)
+    elif distribution == "realistic":
+        x = torch.arange(n, dtype=torch.float32) / max(n, 1)
+    else:
+        raise ValueError(f"distribution: unknown {distribution!r}")
+    return (x.to(device),)
+
+
+def reference(x):
+    return (x.double() * 2.0,)
+
+
+KERNEL = KernelDef(
+    name=NAME, description="test-only: y = 2x, with configs that fail on purpose",
+    benchmark_problem="none", axes=(Axis("n", 1, 4096),),
+    params=(Param("MODE", ("ok", "wrong", "crash", "hang", "slow", "compile_error"), "ok"),
+            Param("BLOCK", (16, 32, 64), 32)),
+    cases=(), input_names=("x",), output_names=("y",), rtol=1e-6,
+    make_inputs=make_inputs, reference=reference, torch_reference=lambda x: (x * 2.0,),
+    launch=launch, axes_of=lambda x: {"n": int(x.numel())},
+    bytes_moved=lambda axes: 8 * int(axes["n"]), check_inputs=lambda x: None,
+)
+
+kernels.KERNELS[NAME] = KERNEL

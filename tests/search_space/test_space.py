@@ -1,0 +1,140 @@
+"""The spaces as data: they load, respect the kernels, and never propose what a kernel rejects."""
+from __future__ import annotations
+
+import random
+
+import optuna
+import pytest
+
+import kernels
+from kernels.errors import InvalidConfig
+from search_space.safe_expr import ExprError, SafeExpr
+from search_space.space import SearchSpace, SpaceError, get_space, load_space
+
+NAMES = sorted(n for n in ("vision_rope_generation_bwd", "vision_rope3d_spatial_merge_bwd"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_grid_config_passes_the_kernel(name):
+    space = get_space(name)
+    kdef = kernels.get_kernel(name)
+    grid = space.grid()
+    assert len(grid) > 100
+    keys = set()
+    for cfg in grid:
+        full = kdef.validate_config(cfg)  # raises on any config the kernel rejects
+        keys.add(space.key(full))
+        assert space.violation(cfg) is None
+    assert len(keys) == len(grid), "two grid points are the same config"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_space_covers_every_tunable_dimension(name):
+    space = get_space(name)
+    kdef = kernels.get_kernel(name)
+    searched = {p.name: p for p in space.params}
+    for kp in kdef.params:
+        if len(kp.choices) > 1:
+            assert kp.name in searched, f"{kp.name} is not searched"
+            assert len(searched[kp.name].choices) >= 2
+    # Conditional parameters mirror the kernel's: TILES only with the ticket reduction, etc.
+    for kp in kdef.params:
+        for dep, vals in kp.requires.items():
+            assert set(searched[kp.name].requires[dep]) <= set(vals)
+    for cfg in space.grid():
+        for kp in kdef.params:
+            if kp.name in cfg:
+                assert kp.active(kdef.validate_config(cfg))
+
+
+def test_issue_dimensions_are_present():
+    a = get_space("vision_rope_generation_bwd")
+    b = get_space("vision_rope3d_spatial_merge_bwd")
+    assert {"BLOCK_P", "TILES", "REDUCE", "COLS", "TRIG", "num_warps", "num_stages"} <= set(a.names)
+    assert {"ROWS", "HEADS", "BLOCK_D", "GRID", "PROGRAMS_PER_SM", "CACHE", "TRIG",
+            "num_warps", "num_stages"} <= set(b.names)
+    assert a.param("TILES").requires == {"REDUCE": ("ticket",)}
+    assert b.param("PROGRAMS_PER_SM").requires == {"GRID": ("persistent",)}
+    assert a.param("BLOCK_P").choices == (8, 16, 32, 64, 128, 256)  # expanded from a pow2 range
+
+
+def test_constraints_reject_with_their_message():
+    a = get_space("vision_rope_generation_bwd")
+    bad = {"BLOCK_P": 256, "REDUCE": "ticket", "TILES": 4, "COLS": "quarters", "TRIG": "precise",
+           "num_warps": 1, "num_stages": 1}
+    msg = a.violation(bad)
+    assert msg and "registers" in msg
+    assert all(not (c["BLOCK_P"] == 256 and c["num_warps"] == 1) for c in a.grid())
+    b = get_space("vision_rope3d_spatial_merge_bwd")
+    assert "only applies" in b.violation({"GRID": "tiles", "PROGRAMS_PER_SM": 2})
+    assert "outside the search space" in b.violation({"CACHE": "bogus"})
+    assert all("PROGRAMS_PER_SM" not in c for c in b.grid() if c["GRID"] == "tiles")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_params_round_trip_and_suggest_stays_in_the_space(name):
+    space = get_space(name)
+    grid = space.grid()
+    rng = random.Random(0)
+    for cfg in rng.sample(grid, 50):
+        assert space.config_of(space.to_params(cfg)) == cfg
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    valid = 0
+    for _ in range(60):
+        trial = study.ask()
+        cfg = space.suggest(trial)
+        for k, v in cfg.items():
+            assert v in space.param(k).choices
+        valid += space.violation(cfg) is None
+        study.tell(trial, 1.0)
+    assert valid > 0
+    # An enqueued config comes back unchanged through suggest.
+    pick = grid[len(grid) // 2]
+    study.enqueue_trial(space.to_params(pick))
+    assert space.suggest(study.ask()) == pick
+
+
+def test_reduced_space_is_a_subset():
+    space = get_space("vision_rope3d_spatial_merge_bwd")
+    red = space.reduced()
+    keys = {space.key(c) for c in space.grid()}
+    assert 20 < red.size() < 400
+    assert all(space.key(c) in keys for c in red.grid())
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"param": [{"name": "NOPE", "choices": [1]}]}, "unknown parameter"),
+    ({"param": [{"name": "BLOCK_P", "choices": [7]}]}, "not accepted by the kernel"),
+    ({"param": [{"name": "TILES", "choices": [1, 2]}]}, "must require REDUCE"),
+    ({"param": [{"name": "BLOCK_P", "range": {"low": 9, "high": 3}}]}, "empty"),
+    ({"param": [{"name": "BLOCK_P", "choices": [8]}],
+      "constraint": [{"expr": "__import__('os').system('x')", "message": "m"}]}, "not allowed"),
+    ({"param": [{"name": "BLOCK_P", "choices": [8]}],
+      "constraint": [{"expr": "BLOCK_P.real > 0", "message": "m"}]}, "not allowed"),
+    ({"param": [{"name": "BLOCK_P", "choices": [8]}],
+      "constraint": [{"expr": "WARPS > 0", "message": "m"}]}, "unknown parameter"),
+])
+def test_bad_space_files_fail_clearly(doc, needle):
+    with pytest.raises(SpaceError, match=needle):
+        SearchSpace.from_dict(doc, kernels.get_kernel("vision_rope_generation_bwd"))
+
+
+def test_safe_expr():
+    e = SafeExpr("a * 2 <= max(b, 3) and c in ('x', 'y')")
+    assert e.names == {"a", "b", "c"}
+    assert e.evaluate({"a": 1, "b": 1, "c": "x"}) is True
+    assert e.evaluate({"a": 4, "b": 1, "c": "x"}) is False
+    with pytest.raises(ExprError):
+        e.evaluate({"a": 1})
+    for bad in ("(lambda: 1)()", "a[0]", "open('f')", "2 ** 1000"):
+        with pytest.raises(ExprError):
+            SafeExpr(bad).evaluate({"a": [1]})
+
+
+def test_unknown_kernel_and_invalid_enqueue():
+    with pytest.raises(SpaceError, match="no search space|unknown kernel"):
+        load_space("no_such_kernel")
+    b = get_space("vision_rope3d_spatial_merge_bwd")
+    with pytest.raises(InvalidConfig):
+        b.to_params({"ROWS": 1, "HEADS": 16, "BLOCK_D": 64, "CACHE": "none", "TRIG": "precise",
+                     "num_warps": 4, "GRID": "tiles", "num_stages": 3})

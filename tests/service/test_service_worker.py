@@ -1,0 +1,178 @@
+"""The worker loop end to end on SQLite under the Triton interpreter: tiny cases, 2-3 trials.
+
+Real tuner, real trial runner child, real database: the record a job leaves is looked up through
+the API, a job abandoned by its worker is resumed by another without losing or repeating a
+trial, and a cancelled job stops.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from svc_helpers import KB, settings_for
+
+from db.store import Store
+from kernels.device import INTERPRETER_DEVICE
+from search_space.runner import TrialRunner
+from service.api import create_app
+from service.worker import Worker
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[TrialRunner]:
+    """One child process for the module's workers (starting one costs seconds)."""
+    r = TrialRunner(trial_timeout_s=120)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def _wait(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _evaluated(store: Store, axes: dict) -> list[int]:
+    """Trial numbers the study evaluated (ok or failed), from the store's trial summaries."""
+    rows = store.trial_summaries(KB, INTERPRETER_DEVICE, axes)
+    return sorted(r["trial_number"] for r in rows if r["state"] in ("complete", "fail"))
+
+
+def test_job_tuned_end_to_end_and_served(sqlite_store: Store, runner: TrialRunner) -> None:
+    settings = settings_for(sqlite_store.url, tune_reference="none")
+    with TestClient(create_app(settings, store=sqlite_store)) as c:
+        job = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 2}, {"seq_len": 3}],
+                                       "n_trials": 2, "sampler": "random"}).json()
+        worker = Worker(settings, sqlite_store, runner=runner)
+        assert worker.run_one() is True
+        assert worker.run_one() is False  # nothing left in the queue
+        done = c.get(f"/v1/jobs/{job['id']}").json()
+        assert done["status"] == "succeeded", done
+        assert done["trials_done"] == 4
+        assert done["device"] == INTERPRETER_DEVICE
+        assert [b["axes"] for b in done["best"]["cases"]] == [{"seq_len": 2}, {"seq_len": 3}]
+        best = c.get("/v1/best", params={"kernel": KB, "device": INTERPRETER_DEVICE,
+                                         "seq_len": 3}).json()
+        assert best["match"] == "exact"
+        assert best["timing_method"] == "interpreter-wallclock"
+        assert best["config"] == done["best"]["cases"][1]["best_config"]
+        assert best["job_id"] == job["id"]
+        # A shape nobody tuned gets the nearest tuned case.
+        near = c.get("/v1/best", params={"kernel": KB, "device": INTERPRETER_DEVICE,
+                                         "seq_len": 50}).json()
+        assert near["match"] == "nearest" and near["case"] == {"seq_len": 3}
+        assert len(_evaluated(sqlite_store, {"seq_len": 2})) == 2
+        html = c.get("/").text
+        assert "Optimisation history" in html and "trial latency" in html
+
+
+def test_abandoned_job_resumed_by_another_worker(sqlite_store: Store, runner: TrialRunner) -> None:
+    """Worker A stops mid-job without finishing it (as if it died); after the lease B resumes."""
+    settings = settings_for(sqlite_store.url, tune_reference="none", lease_seconds=1.0,
+                            heartbeat_seconds=0.2)
+    job = sqlite_store.create_job(KB, [{"seq_len": 4}], 3, "random")
+    a = Worker(settings, sqlite_store, runner=runner, owner="worker-a")
+    stop_a = threading.Event()
+    a.stop_event = stop_a
+    t = threading.Thread(target=a.run_one)
+    t.start()
+    _wait(lambda: sqlite_store.get_job(job.id).trials_done >= 1, 120, "A's first trial")
+    stop_a.set()
+    t.join(120)
+    left = sqlite_store.get_job(job.id)
+    assert left.status == "running" and left.owner == "worker-a"
+    done_by_a = left.trials_done
+    assert 1 <= done_by_a < 3
+    b = Worker(settings, sqlite_store, runner=runner, owner="worker-b")
+    _wait(lambda: b.run_one() or sqlite_store.get_job(job.id).status == "succeeded", 120,
+          "B to claim after the lease expired")
+    final = sqlite_store.get_job(job.id)
+    assert final.status == "succeeded" and final.owner == "worker-b" and final.attempts == 2
+    assert final.trials_done == 3
+    trials = _evaluated(sqlite_store, {"seq_len": 4})
+    assert len(trials) == 3 and len(set(trials)) == 3  # none lost, none counted twice
+
+
+@pytest.mark.slow
+def test_killed_worker_process_is_replaced(sqlite_store: Store, runner: TrialRunner,
+                                           tmp_path) -> None:
+    """SIGKILL a `kernelsearch worker` mid-job; another worker resumes its study."""
+    job = sqlite_store.create_job(KB, [{"seq_len": 5}], 3, "random")
+    env = {**os.environ, "KS_DATABASE_URL": sqlite_store.url, "KS_LEASE_SECONDS": "2",
+           "KS_HEARTBEAT_SECONDS": "0.5", "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none",
+           "KS_WORKER_ID": "doomed", "KS_API_TOKEN": ""}
+    env.pop("KS_SERVICE_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--once"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "w.log", "wb"),
+                            start_new_session=True)
+    try:
+        _wait(lambda: sqlite_store.get_job(job.id).trials_done >= 1 or proc.poll() is not None,
+              180, "the worker process's first trial")
+        assert proc.poll() is None, (tmp_path / "w.log").read_text()[-2000:]
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and its trial child
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    settings = settings_for(sqlite_store.url, tune_reference="none", lease_seconds=2.0)
+    b = Worker(settings, sqlite_store, runner=runner, owner="survivor")
+    _wait(lambda: b.run_one() or sqlite_store.get_job(job.id).status == "succeeded", 120,
+          "the survivor to claim the job")
+    final = sqlite_store.get_job(job.id)
+    assert final.status == "succeeded" and final.owner == "survivor"
+    trials = _evaluated(sqlite_store, {"seq_len": 5})
+    assert final.trials_done == 3 and len(trials) == 3
+
+
+def test_cancel_stops_a_running_job(sqlite_store: Store, runner: TrialRunner) -> None:
+    settings = settings_for(sqlite_store.url, tune_reference="none", heartbeat_seconds=0.2)
+    with TestClient(create_app(settings, store=sqlite_store)) as c:
+        job = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 6}, {"seq_len": 7}],
+                                       "n_trials": 50, "sampler": "random"}).json()
+        w = Worker(settings, sqlite_store, runner=runner)
+        t = threading.Thread(target=w.run_one)
+        t.start()
+        _wait(lambda: c.get(f"/v1/jobs/{job['id']}").json()["trials_done"] >= 1, 120,
+              "the first trial")
+        r = c.post(f"/v1/jobs/{job['id']}/cancel")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        t.join(120)
+        assert not t.is_alive()
+        final = c.get(f"/v1/jobs/{job['id']}").json()
+        assert final["status"] == "cancelled" and final["trials_done"] < 100
+        assert c.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
+
+
+def test_job_timeout_fails_with_a_message(sqlite_store: Store, runner: TrialRunner) -> None:
+    settings = settings_for(sqlite_store.url, tune_reference="none")
+    job = sqlite_store.create_job(KB, [{"seq_len": 8}, {"seq_len": 9}], 1000, "random",
+                                  timeout_s=0.5)
+    assert Worker(settings, sqlite_store, runner=runner).run_one()
+    final = sqlite_store.get_job(job.id)
+    assert final.status == "failed" and "timed out after 0.5 s" in final.error
+
+
+def test_embedded_worker_runs_queued_jobs(sqlite_store: Store) -> None:
+    settings = settings_for(sqlite_store.url, tune_reference="none")
+    with TestClient(create_app(settings, store=sqlite_store, start_worker=True)) as c:
+        assert c.get("/healthz").json()["worker"] == "embedded"
+        job = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 1}],
+                                       "n_trials": 1, "sampler": "random"}).json()
+        _wait(lambda: c.get(f"/v1/jobs/{job['id']}").json()["status"] == "succeeded", 180,
+              "the embedded worker")
+        assert 'ks_jobs_finished_total{status="succeeded"} 1.0' in c.get("/metrics").text
+        best = c.get("/v1/best", params={"kernel": KB, "device": INTERPRETER_DEVICE,
+                                         "seq_len": 1})
+        assert best.status_code == 200 and best.json()["match"] == "exact"

@@ -36,3 +36,46 @@ def record(kernel: str, axes: dict[str, int], latency_us: float, device: str = H
         speedup_compile=5.0, study_name=f"{kernel}-test", device_info={"name": device})
     fields.update(kw)
     return RecordIn(**fields)
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """A real uvicorn server for an app, in a thread on 127.0.0.1; stops on exit."""
+
+    def __init__(self, app: Any) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn-test", daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

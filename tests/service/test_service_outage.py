@@ -1,0 +1,58 @@
+"""Database unreachable: 503 with a message on every route that needs it, then recovery."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from svc_helpers import H200, KB, free_port, record, settings_for
+
+from db.store import Store
+from service.api import create_app
+
+DB_ROUTES = ("/healthz", "/v1/records", "/v1/jobs", "/v1/jobs/1", "/",
+             f"/v1/best?kernel={KB}&device=x&seq_len=4")
+
+
+def test_sqlite_outage_503_then_recovers(sqlite_store: Store) -> None:
+    sqlite_store.upsert_best(record(KB, {"seq_len": 4}, 5.0, device="x"))
+    s = settings_for(sqlite_store.url, records_check_seconds=0.05)
+    path = Path(sqlite_store.engine.url.database)
+    with TestClient(create_app(s, store=sqlite_store)) as c:
+        assert c.get("/healthz").status_code == 200
+        assert c.get(DB_ROUTES[-1]).status_code == 200  # cached from here on
+        sqlite_store.engine.dispose()
+        moved = path.with_suffix(".away")
+        path.rename(moved)
+        path.mkdir()  # a folder where the file was: SQLite cannot open it
+        try:
+            time.sleep(0.1)
+            for route in DB_ROUTES:
+                r = c.get(route)
+                assert r.status_code == 503, (route, r.status_code, r.text)
+                assert "database unavailable" in r.text, route
+            r = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 2}], "n_trials": 1})
+            assert r.status_code == 503
+            assert c.get("/v1/kernels").status_code == 200  # needs no database
+            assert "ks_database_up 0.0" in c.get("/metrics").text
+        finally:
+            path.rmdir()
+            moved.rename(path)
+            sqlite_store.engine.dispose()
+        time.sleep(0.1)
+        assert c.get("/healthz").status_code == 200
+        assert c.get(DB_ROUTES[-1]).json()["match"] == "exact"
+
+
+def test_postgres_unreachable_at_start_answers_503_without_secrets() -> None:
+    url = f"postgresql+psycopg://ks:hunter2@127.0.0.1:{free_port()}/ks"
+    store = Store(url)
+    with TestClient(create_app(settings_for(url), store=store)) as c:
+        for route in DB_ROUTES:
+            r = c.get(route)
+            assert r.status_code == 503, (route, r.text)
+            assert "hunter2" not in r.text
+        body = c.get("/healthz").json()
+        assert body["status"] == "unavailable" and body["detail"]
+        assert c.get("/v1/best", params={"kernel": KB, "device": H200,
+                                         "seq_len": 1}).status_code == 503

@@ -62,10 +62,12 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
     return ticks or [lo, hi]
 
 
-def _lin_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+def _lin_ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> list[float]:
     if hi <= lo:
         return [lo]
     step = 10 ** math.floor(math.log10((hi - lo) / n))
+    if integer:
+        step = max(1, step)
     for m in (1, 2, 5, 10):
         if (hi - lo) / (step * m) <= n:
             step *= m
@@ -126,6 +128,7 @@ def make_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
     ticks = _log_ticks(y_lo, y_hi) if use_log else _lin_ticks(y_lo, y_hi)
     chart.y_ticks = [(sy(t), _fmt(t)) for t in ticks if t > 0 or not use_log]
     if x_ticks is None:
-        x_ticks = [(t, _fmt(t)) for t in _lin_ticks(x_lo, x_hi, 8)]
+        integer = all(float(x).is_integer() for x in xs)
+        x_ticks = [(t, _fmt(t)) for t in _lin_ticks(x_lo, x_hi, 8, integer=integer)]
     chart.x_ticks = [(sx(x), label) for x, label in x_ticks if x_lo <= x <= x_hi]
     return chart

@@ -91,6 +91,14 @@ def study_name(kernel: str, axes: Mapping[str, int], device: str) -> str:
     return f"ks/{kernel}/{ax}/{_slug(device)}"
 
 
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler that leaves stopping to our loop: its `study.stop()` only works in optimize()."""
+
+    def after_trial(self, study: optuna.Study, trial: Any, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        return None
+
+
 def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
                  n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
     """The sampler for a study; passed on every load, since load_study would use a default."""
@@ -102,7 +110,7 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        return optuna.samplers.GridSampler({GRID_PARAM: list(range(space.size()))}, seed=seed)
+        return _AskTellGridSampler({GRID_PARAM: list(range(space.size()))}, seed=seed)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
                                          warn_independent_sampling=False)
@@ -413,9 +421,15 @@ class _Loop:
             self.runner.prefetch(self.kernel, self.axes, [self.space.canonical(c) for c in fresh])
         return out
 
+    def _tell(self, trial: optuna.Trial, value: float, feasible: bool) -> None:
+        trial.set_constraint(CONSTRAINT, 0.0 if feasible else 1.0)
+        with warnings.catch_warnings():
+            # CMA-ES ignores constraints and says so on every trial; it still gets the penalty.
+            warnings.filterwarnings("ignore", message="Constraints have been set")
+            self.study.tell(trial, value)
+
     def _tell_infeasible(self, trial: optuna.Trial) -> None:
-        trial.set_constraint(CONSTRAINT, 1.0)
-        self.study.tell(trial, self._penalty())
+        self._tell(trial, self._penalty(), feasible=False)
 
     def _evaluate(self, trial: optuna.Trial, cfg: dict[str, Any],
                   progress: Callable[[int, int, float | None], None] | None, n_trials: int) -> None:
@@ -435,8 +449,7 @@ class _Loop:
             self.cached += 1
             trial.set_user_attr(A_STATE, "cached_" + known["state"])
             if known["state"] == "ok":
-                trial.set_constraint(CONSTRAINT, 0.0)
-                self.study.tell(trial, known["value"])
+                self._tell(trial, known["value"], feasible=True)
             else:
                 trial.set_user_attr(A_KIND, known.get("kind"))
                 self._tell_infeasible(trial)
@@ -455,8 +468,7 @@ class _Loop:
             trial.set_user_attr(A_STATE, "ok")
             if self._remember_ok(key, value, full, out.as_dict()):
                 self.best_at = self.evaluated
-            trial.set_constraint(CONSTRAINT, 0.0)
-            self.study.tell(trial, value)
+            self._tell(trial, value, feasible=True)
             self.history.append(value)
         else:
             self.failed += 1

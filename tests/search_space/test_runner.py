@@ -1,0 +1,67 @@
+"""The trial runner types every failure and survives crashes and hangs of its child."""
+from __future__ import annotations
+
+import pytest
+
+from search_space.runner import TrialOutcome, TrialRunner
+
+from conftest import FAKE
+
+
+def test_ok_trial_has_timing_and_phases(runner):
+    out = runner.run(FAKE, {"n": 40}, {"MODE": "ok", "BLOCK": 16}, measure_n=3)
+    assert out.ok and out.failure_kind is None
+    for k in ("median_us", "min_us", "max_us", "q1_us", "q3_us", "iqr_us", "n", "method"):
+        assert k in out.timing
+    assert out.timing["n"] == 3 and out.timing["method"] == "interpreter-wallclock"
+    assert out.timing["min_us"] <= out.timing["median_us"] <= out.timing["max_us"]
+    assert set(out.rel_errors) == {"benchmark", "realistic"}
+    assert max(out.rel_errors.values()) < 1e-6
+    assert out.compile_s > 0 and out.check_s > 0 and out.measure_s > 0
+    assert TrialOutcome.from_dict(out.as_dict()) == out
+
+
+@pytest.mark.parametrize("mode, kind", [("wrong", "wrong_result"),
+                                        ("compile_error", "compile_error")])
+def test_typed_failures(runner, mode, kind):
+    out = runner.run(FAKE, {"n": 40}, {"MODE": mode, "BLOCK": 16}, measure_n=2)
+    assert not out.ok and out.failure_kind == kind
+    assert out.message and out.latency_us is None
+
+
+def test_invalid_config_is_typed_without_running(runner):
+    out = runner.run(FAKE, {"n": 40}, {"MODE": "ok", "BLOCK": 17}, measure_n=2)
+    assert out.failure_kind == "invalid_config" and "BLOCK" in out.message
+
+
+def test_crash_restarts_the_child(runner):
+    runner.start()
+    pid = runner.pid
+    out = runner.run(FAKE, {"n": 8}, {"MODE": "crash", "BLOCK": 16}, measure_n=2)
+    assert out.failure_kind == "crash" and "exit code 3" in out.message
+    after = runner.run(FAKE, {"n": 8}, {"MODE": "ok", "BLOCK": 16}, measure_n=2)
+    assert after.ok
+    assert runner.pid != pid
+
+
+def test_hang_times_out_and_the_runner_survives():
+    with TrialRunner(trial_timeout_s=3.0, kernel_modules=["ks_fake_kernels"]) as r:
+        r.start()
+        pid = r.pid
+        out = r.run(FAKE, {"n": 8}, {"MODE": "hang", "BLOCK": 16}, measure_n=2)
+        assert out.failure_kind == "timeout" and "3 s" in out.message
+        assert r.run(FAKE, {"n": 8}, {"MODE": "ok", "BLOCK": 16}, measure_n=2).ok
+        assert r.pid != pid and r.restarts == 1
+
+
+def test_compile_ahead_is_off_under_the_interpreter(runner):
+    assert runner.compile_workers == 0
+    assert runner.prefetch(FAKE, {"n": 8}, [{"MODE": "ok", "BLOCK": 16}]) == 0
+    assert runner.copy_bandwidth() is None
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="trial_timeout_s"):
+        TrialRunner(trial_timeout_s=0)
+    with pytest.raises(ValueError, match="compile_workers"):
+        TrialRunner(compile_workers=-1)

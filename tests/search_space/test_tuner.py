@@ -1,0 +1,181 @@
+"""The tuner end to end on the test kernel under the interpreter: samplers, failures, resume,
+warm start and records."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search_space.tuner import SAMPLERS, TuneError, study_name, tune_case
+
+from conftest import FAKE, HERE, fake_space
+
+
+def _evaluated(url, name):
+    study = optuna.load_study(study_name=name, storage=url)
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("ks_evaluated")]
+
+
+def test_study_name_is_stable_and_keyed():
+    a = study_name("k", {"seq_len": 4}, "NVIDIA H200")
+    assert a == study_name("k", {"seq_len": 4}, "NVIDIA H200")
+    assert a != study_name("k", {"seq_len": 5}, "NVIDIA H200")
+    assert a != study_name("k", {"seq_len": 4}, "cpu (triton interpreter)")
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_every_sampler_tunes_and_writes_a_record(ss_store, runner, sampler):
+    store, url = ss_store
+    space = fake_space(modes=("ok",), blocks=(16, 32, 64))
+    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=3, sampler=sampler,
+                    runner=runner, seed=0, measure_n=2, space=space)
+    assert res.n_complete == 3 and res.n_failed == 0 and res.stopped_because in (
+        "n_trials", "space_exhausted")
+    assert res.best_config["MODE"] == "ok" and res.best_latency_us > 0
+    assert res.improved and res.record_id is not None
+    (rec,) = store.list_records(FAKE, res.device)
+    assert rec.config == res.best_config and rec.latency_median_us == res.best_latency_us
+    assert rec.timing_method == "interpreter-wallclock" and rec.roofline_pct is None
+    assert rec.work == 8 * 24 and rec.n_trials == 3
+
+
+def test_failures_are_typed_remembered_and_never_rerun(ss_store, runner):
+    store, url = ss_store
+    space = fake_space(modes=("ok", "compile_error", "wrong"), blocks=(16, 32))
+    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=6, sampler="random",
+                    runner=runner, seed=3, measure_n=2, space=space)
+    # Six distinct configs, each run exactly once, however often random proposed it.
+    assert res.n_run_now == 6 and res.n_complete == 2 and res.n_failed == 4
+    assert res.best_config["MODE"] == "ok"
+    rows = store.trial_summaries(FAKE, res.device, {"n": 24})
+    assert len(rows) == 6
+    kinds = sorted(r["failure_kind"] for r in rows if r["state"] == "fail")
+    assert kinds == ["compile_error", "compile_error", "wrong_result", "wrong_result"]
+    configs = [json.dumps(r["config"], sort_keys=True) for r in rows]
+    assert len(set(configs)) == 6
+    # Asking for more: the space is exhausted, nothing runs again.
+    again = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=10,
+                      sampler="tpe", runner=runner, seed=4, measure_n=2, space=space)
+    assert again.n_run_now == 0 and again.stopped_because == "space_exhausted"
+    # TPE saw the failures as infeasible, not as FAIL trials it cannot learn from.
+    study = optuna.load_study(study_name=res.study_name, storage=url)
+    failed = [t for t in study.trials if t.user_attrs.get("ks_state") == "fail"]
+    assert failed and all(t.state == TrialState.COMPLETE and t.constraints["ks_failure"] > 0
+                          for t in failed)
+
+
+def test_a_wrong_config_is_never_a_record(ss_store, runner):
+    store, url = ss_store
+    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=2, sampler="grid",
+                    runner=runner, seed=0, measure_n=2, space=fake_space(modes=("wrong",)))
+    assert res.best_config is None and res.n_failed == 2 and res.record_id is None
+    assert store.list_records(FAKE) == []
+
+
+def test_crash_and_timeout_are_failed_trials(ss_store):
+    from search_space.runner import TrialRunner
+
+    store, url = ss_store
+    with TrialRunner(trial_timeout_s=3.0, kernel_modules=["ks_fake_kernels"]) as r:
+        res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, n_trials=3, sampler="grid",
+                        runner=r, seed=0, measure_n=2,
+                        space=fake_space(modes=("crash", "hang", "ok"), blocks=(16,)))
+    assert res.n_failed == 2 and res.n_complete == 1 and res.best_config["MODE"] == "ok"
+    kinds = {r["config"]["MODE"]: r["failure_kind"]
+             for r in store.trial_summaries(FAKE, res.device, {"n": 8})}
+    assert kinds == {"crash": "crash", "hang": "timeout", "ok": None}
+
+
+def test_stops_on_patience_timeout_and_request(ss_store, runner):
+    store, url = ss_store
+    space = fake_space(modes=("ok",), blocks=(16, 32, 64))
+    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=3, sampler="random",
+                    runner=runner, seed=0, measure_n=2, space=space, should_stop=lambda: True)
+    assert res.stopped_because == "cancelled" and res.n_run_now == 0
+    calls = []
+    res = tune_case(FAKE, {"n": 16}, store=store, storage_url=url, n_trials=3, sampler="random",
+                    runner=runner, seed=0, measure_n=2, space=space, timeout_s=1e-6,
+                    progress=lambda d, n, b: calls.append((d, n, b)))
+    assert res.stopped_because == "timeout" and res.n_run_now <= 1
+    with pytest.raises(TuneError, match="sampler"):
+        tune_case(FAKE, {"n": 16}, store=store, storage_url=url, n_trials=1, sampler="bogus",
+                  runner=runner)
+    with pytest.raises(TuneError, match="axes"):
+        tune_case(FAKE, {"n": 0}, store=store, storage_url=url, n_trials=1, runner=runner)
+
+
+def test_warm_start_enqueues_the_nearest_cases_best(ss_store, runner):
+    store, url = ss_store
+    space = fake_space(modes=("ok",), blocks=(16, 32, 64))
+    near = tune_case(FAKE, {"n": 60}, store=store, storage_url=url, n_trials=2, sampler="random",
+                     runner=runner, seed=1, measure_n=2, space=space, warm_start=False)
+    tune_case(FAKE, {"n": 4000}, store=store, storage_url=url, n_trials=1, sampler="random",
+              runner=runner, seed=2, measure_n=2, space=space, warm_start=False)
+    res = tune_case(FAKE, {"n": 64}, store=store, storage_url=url, n_trials=1, sampler="tpe",
+                    runner=runner, seed=5, measure_n=2, space=space)
+    assert res.warm_started == 2
+    first = _evaluated(url, res.study_name)[0]
+    assert first.user_attrs["ks_warm_start_from"] == {"n": 60}
+    assert first.user_attrs["ks_config"] == near.best_config
+
+
+_KILLED_TUNER = """
+import sys
+sys.path.insert(0, {here!r})
+from conftest import FAKE, fake_space
+from db.store import Store
+from search_space.runner import TrialRunner
+from search_space.tuner import tune_case
+if __name__ == "__main__":
+    with TrialRunner(trial_timeout_s=30, kernel_modules=["ks_fake_kernels"]) as r:
+        tune_case(FAKE, {{"n": 8}}, store=Store({url!r}), storage_url={url!r}, n_trials=4,
+                  sampler="grid", runner=r, seed=0, measure_n=2, heartbeat_s=1,
+                  space=fake_space(modes=("ok", "slow"), blocks=(16, 32)))
+"""
+
+
+@pytest.mark.slow
+def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
+    store, url = ss_store
+    script = tmp_path / "tuner.py"
+    script.write_text(_KILLED_TUNER.format(here=str(HERE), url=url))
+    proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    name = study_name(FAKE, {"n": 8}, "cpu (triton interpreter)")
+    deadline = time.monotonic() + 120
+    running = None
+    try:
+        while time.monotonic() < deadline and running is None:
+            time.sleep(0.2)
+            try:
+                study = optuna.load_study(study_name=name, storage=url)
+            except KeyError:
+                continue
+            done = _evaluated(url, name)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                if "ks_config" in t.user_attrs and len(done) >= 1:
+                    running = t
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert running is not None, "the tuner never reached a second trial"
+    before = _evaluated(url, name)
+    time.sleep(3.5)  # past the grace period (3 heartbeats of 1 s)
+    res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, n_trials=4, sampler="grid",
+                    runner=runner, seed=0, measure_n=2, heartbeat_s=1,
+                    space=fake_space(modes=("ok", "slow"), blocks=(16, 32)))
+    after = _evaluated(url, name)
+    keys = [json.dumps(t.user_attrs["ks_config"], sort_keys=True) for t in after]
+    assert len(after) == 4 and len(set(keys)) == 4, "a trial was lost or run twice"
+    assert res.n_run_now == 4 - len(before)
+    study = optuna.load_study(study_name=name, storage=url)
+    assert study.trials[running.number].state == TrialState.FAIL  # the dead worker's trial
+    retried = [t for t in after if t.system_attrs.get("failed_trial") == running.number]
+    assert len(retried) == 1 and retried[0].params == running.params

@@ -51,9 +51,15 @@ def make_engine(url: str) -> Engine:
     if backend == "sqlite":
         return _sqlite_engine(parsed)
     if backend == "postgresql":
-        connect_args: dict[str, Any] = {}
-        if "connect_timeout" not in parsed.query:
-            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        # TCP keepalives notice a peer that vanished mid-connection (instead of waiting forever).
+        defaults: dict[str, Any] = {
+            "connect_timeout": PG_CONNECT_TIMEOUT_S,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+        connect_args = {k: v for k, v in defaults.items() if k not in parsed.query}
         return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
     raise ValueError(f"url: unsupported database {backend!r}; use sqlite:/// or postgresql+psycopg://")
 

@@ -34,9 +34,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say plainly that the PostgreSQL side did not run, so a green SQLite run is not mistaken
-    for a full one."""
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """Say plainly, after pytest's own summary, that the PostgreSQL side did not run, so a green
+    SQLite run is not mistaken for a full one."""
+    yield
     if os.environ.get(PG_ENV):
         return
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "postgres" in getattr(r, "keywords", {})]

@@ -1,0 +1,58 @@
+"""The shipped H200 records: `records import --if-empty` of an export, then served by the API."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from svc_helpers import H200, KA, KB, record, settings_for
+from typer.testing import CliRunner
+
+import kernels
+from db.engine import upgrade
+from db.store import Store, parse_records_doc
+from service.api import create_app
+from service.cli import app as cli
+
+SHIPPED = Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json"
+
+
+def test_import_if_empty_then_served(tmp_path, sqlite_url: str) -> None:
+    src_url = f"sqlite:///{tmp_path / 'gpu.db'}"
+    upgrade(src_url)
+    with Store(src_url) as gpu:
+        gpu.upsert_best(record(KB, {"seq_len": 128}, 20.0, config={"ROWS": 2}))
+        gpu.upsert_best(record(KA, {"total_patches": 256}, 4.0))
+        doc = gpu.export_records()
+    export = tmp_path / "h200_records.json"
+    export.write_text(json.dumps(doc))
+    upgrade(sqlite_url)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["records", "import", "--if-empty", str(export)],
+                        env={"KS_DATABASE_URL": sqlite_url})
+    assert res.exit_code == 0, res.output
+    assert "added: 2" in res.output
+    res = runner.invoke(cli, ["records", "import", "--if-empty", str(export)],
+                        env={"KS_DATABASE_URL": sqlite_url})
+    assert res.exit_code == 0 and "skipped" in res.output
+    with Store(sqlite_url) as store, TestClient(create_app(settings_for(sqlite_url),
+                                                           store=store)) as c:
+        b = c.get("/v1/best", params={"kernel": KB, "device": H200, "seq_len": 128}).json()
+        assert b["match"] == "exact" and b["config"] == {"ROWS": 2}
+        assert len(c.get("/v1/records", params={"device": H200}).json()) == 2
+
+
+@pytest.mark.skipif(not SHIPPED.exists(), reason="service/data/h200_records.json not shipped yet")
+def test_shipped_file_is_valid_for_this_code() -> None:
+    recs = parse_records_doc(json.loads(SHIPPED.read_text()))
+    assert recs, "the shipped file holds no records"
+    for r in recs:
+        k = kernels.get_kernel(r.kernel)
+        assert k.validate_axes(r.axes) == r.axes
+        assert k.validate_config(r.config)
+        assert r.timing_method == "cupti" and "H200" in r.device
+    suites = {(r.kernel, tuple(sorted(r.axes.items()))) for r in recs}
+    for name, k in kernels.KERNELS.items():
+        missing = [c.axes for c in k.cases if (name, tuple(sorted(c.axes.items()))) not in suites]
+        assert not missing, f"{name}: suite cases without a shipped record: {missing}"

@@ -29,7 +29,6 @@ from .engine import make_engine, translate_errors
 from .errors import Conflict, ImportRejected
 from .models import (
     JOB_STATUSES,
-    TIMING_METHODS,
     Case,
     Counter,
     Device,

@@ -6,7 +6,6 @@ import random
 import time
 from collections import Counter
 
-import pytest
 import race_workers
 from helpers import DEVICE, KERNEL, make_record
 

@@ -492,8 +492,7 @@ def _lookup(store: Any, kernel: str, device: str, axes: Mapping[str, int]) -> tu
     k = kernels.get_kernel(kernel)
     found = store.find_best(kernel, device, dict(axes), int(k.bytes_moved(axes)))
     if found is None:
-        devices = [d if isinstance(d, str) else d.get("name")
-                   for d in store.list_devices()]
+        devices = [d["name"] for d in store.list_devices() if d.get("n_records")]
         body = {"detail": f"no record of {kernel} on device {device!r}; devices with records: "
                           f"{', '.join(map(repr, devices)) or 'none'}"}
         return 404, _dumps(body), "none"

@@ -44,3 +44,10 @@ def sqlite_store(sqlite_url: str) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def sqlite_client(sqlite_store: Store) -> Iterator[TestClient]:
+    """A client on SQLite only: for input validation, which no database changes."""
+    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+        yield c

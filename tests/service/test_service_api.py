@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 
 import kernels
 from db.errors import SchemaBehind
+from db.store import Store
 from service.api import create_app
 
 from svc_helpers import H200, KA, KB, settings_for
@@ -22,19 +23,19 @@ def test_healthz_ok(client: TestClient) -> None:
     assert body["worker"] == "none"
 
 
-def test_kernels_and_cases(client: TestClient) -> None:
-    r = client.get("/v1/kernels")
+def test_kernels_and_cases(sqlite_client: TestClient) -> None:
+    r = sqlite_client.get("/v1/kernels")
     assert r.status_code == 200
     assert {k["name"] for k in r.json()} == set(kernels.KERNELS)
-    one = client.get(f"/v1/kernels/{KA}").json()
+    one = sqlite_client.get(f"/v1/kernels/{KA}").json()
     assert one["axes"][0]["name"] == "total_patches"
     assert "num_images" in one["extra_axes"]
-    cases = client.get(f"/v1/kernels/{KB}/cases").json()
+    cases = sqlite_client.get(f"/v1/kernels/{KB}/cases").json()
     assert len(cases) == 16
     assert cases[0]["axes"] == kernels.get_kernel(KB).cases[0].axes
     assert cases[0]["bytes_moved"] == kernels.get_kernel(KB).bytes_moved(cases[0]["axes"])
     for path in ("/v1/kernels/nope", "/v1/kernels/nope/cases"):
-        r = client.get(path)
+        r = sqlite_client.get(path)
         assert r.status_code == 404
         assert "unknown kernel" in r.json()["detail"]
 
@@ -95,14 +96,14 @@ def test_best_404_when_no_record_on_device(client: TestClient, add_record) -> No
     ({"device": H200, "seq_len": 8}, "kernel"),
     ({"kernel": KB, "device": "bad\x00name", "seq_len": 8}, "device"),
 ])
-def test_best_422(client: TestClient, params: dict, fragment: str) -> None:
-    r = client.get("/v1/best", params=params)
+def test_best_422(sqlite_client: TestClient, params: dict, fragment: str) -> None:
+    r = sqlite_client.get("/v1/best", params=params)
     assert r.status_code == 422, r.text
     assert fragment in r.json()["detail"]
 
 
-def test_best_rejects_a_repeated_axis(client: TestClient) -> None:
-    r = client.get(f"/v1/best?kernel={KB}&device=x&seq_len=1&seq_len=2")
+def test_best_rejects_a_repeated_axis(sqlite_client: TestClient) -> None:
+    r = sqlite_client.get(f"/v1/best?kernel={KB}&device=x&seq_len=1&seq_len=2")
     assert r.status_code == 422 and "twice" in r.json()["detail"]
 
 
@@ -153,11 +154,11 @@ def test_job_all_cases(client: TestClient) -> None:
     assert r.json()["cases"] == [c.axes for c in kernels.get_kernel(KA).cases]
 
 
-def test_unknown_job_404(client: TestClient) -> None:
-    assert client.get("/v1/jobs/999999").status_code == 404
-    assert client.post("/v1/jobs/999999/cancel").status_code == 404
-    assert client.get("/v1/jobs/0").status_code == 422
-    assert client.get("/v1/jobs/99999999999999999999").status_code == 422
+def test_unknown_job_404(sqlite_client: TestClient) -> None:
+    assert sqlite_client.get("/v1/jobs/999999").status_code == 404
+    assert sqlite_client.post("/v1/jobs/999999/cancel").status_code == 404
+    assert sqlite_client.get("/v1/jobs/0").status_code == 422
+    assert sqlite_client.get("/v1/jobs/99999999999999999999").status_code == 422
 
 
 @pytest.mark.parametrize("body, status, fragment", [
@@ -172,16 +173,16 @@ def test_unknown_job_404(client: TestClient) -> None:
     ({"kernel": KB, "cases": "all", "n_trials": 5, "timeout_s": -1}, 422, ""),
     ({"cases": "all", "n_trials": 5}, 422, ""),
 ])
-def test_job_invalid_bodies(client: TestClient, body: dict, status: int, fragment: str) -> None:
-    r = client.post("/v1/jobs", json=body)
+def test_job_invalid_bodies(sqlite_client: TestClient, body: dict, status: int, fragment: str) -> None:
+    r = sqlite_client.post("/v1/jobs", json=body)
     assert r.status_code == status, r.text
     assert fragment in str(r.json()["detail"])
 
 
-def test_job_malformed_json_and_content_type(client: TestClient) -> None:
-    r = client.post("/v1/jobs", content=b'{"kernel": ', headers={"Content-Type": "application/json"})
+def test_job_malformed_json_and_content_type(sqlite_client: TestClient) -> None:
+    r = sqlite_client.post("/v1/jobs", content=b'{"kernel": ', headers={"Content-Type": "application/json"})
     assert r.status_code == 422
-    r = client.post("/v1/jobs", content=b'{"kernel": "x", "cases": "all", "n_trials": 1}')
+    r = sqlite_client.post("/v1/jobs", content=b'{"kernel": "x", "cases": "all", "n_trials": 1}')
     assert r.status_code == 422
 
 
@@ -225,14 +226,14 @@ def test_auth_for_writes(store) -> None:
         assert r.status_code == 200
 
 
-def test_cors_off_by_default_and_on_when_configured(store) -> None:
+def test_cors_off_by_default_and_on_when_configured(sqlite_store: Store) -> None:
     pre = {"Origin": "http://example.test", "Access-Control-Request-Method": "GET"}
-    with TestClient(create_app(settings_for(store.url), store=store)) as c:
+    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
         r = c.get("/v1/kernels", headers={"Origin": "http://example.test"})
         assert "access-control-allow-origin" not in r.headers
         assert "access-control-allow-origin" not in c.options("/v1/kernels", headers=pre).headers
-    s = settings_for(store.url, cors_origins=["http://example.test"])
-    with TestClient(create_app(s, store=store)) as c:
+    s = settings_for(sqlite_store.url, cors_origins=["http://example.test"])
+    with TestClient(create_app(s, store=sqlite_store)) as c:
         r = c.get("/v1/kernels", headers={"Origin": "http://example.test"})
         assert r.headers["access-control-allow-origin"] == "http://example.test"
 
@@ -251,8 +252,8 @@ def test_metrics(client: TestClient, add_record) -> None:
     assert "ks_lookup_seconds_bucket" in text and "ks_trials_total" in text
 
 
-def test_openapi_documents_every_route(client: TestClient) -> None:
-    spec = client.get("/openapi.json").json()
+def test_openapi_documents_every_route(sqlite_client: TestClient) -> None:
+    spec = sqlite_client.get("/openapi.json").json()
     for path in ("/healthz", "/v1/kernels", "/v1/kernels/{kernel}", "/v1/kernels/{kernel}/cases",
                  "/v1/best", "/v1/records", "/v1/jobs", "/v1/jobs/{job_id}",
                  "/v1/jobs/{job_id}/cancel", "/metrics"):

@@ -32,6 +32,7 @@ class CaseBench:
     roofline_us: float | None
     rel_error: float
     correct: bool
+    default: dict[str, Any] | None = None
     pct_roofline: float | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
@@ -41,8 +42,12 @@ class CaseBench:
 def bench_cases(kernel: KernelDef, cases: Sequence[Mapping[str, int]], *,
                 config: Mapping[str, Any] | None = None, n: int = 30, references: bool = True,
                 bandwidth: float | None = None, numbers: Sequence[int | None] | None = None,
+                compare_default: bool = False,
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Bench `cases` of one kernel; returns a JSON-able report (per-case rows and suite means)."""
+    """Bench `cases` of one kernel; returns a JSON-able report (per-case rows and suite means).
+
+    With `compare_default`, the kernel's default config is timed in the same run as well.
+    """
     device = default_device()
     on_gpu = device.type == "cuda"
     if bandwidth is None and on_gpu:
@@ -60,6 +65,11 @@ def bench_cases(kernel: KernelDef, cases: Sequence[Mapping[str, int]], *,
             progress(f"{kernel.name} {axes} {source}")
         chk = check_config(kernel, axes, cfg, device=device, seed=1234)
         t = measure_config(kernel, axes, cfg, n=n, device=device)
+        stats = kernel.compiled_stats()
+        dflt = None
+        if compare_default:
+            dflt = (t if cfg == kernel.default_config
+                    else measure_config(kernel, axes, kernel.default_config, n=n, device=device)).as_dict()
         eager = compiled = None
         if references:
             eager = measure_reference(kernel, axes, n=n, device=device).as_dict()
@@ -71,7 +81,7 @@ def bench_cases(kernel: KernelDef, cases: Sequence[Mapping[str, int]], *,
         row = CaseBench(kernel=kernel.name, case=number, axes=dict(axes), config=cfg,
                         config_source=source, triton=t.as_dict(), eager=eager, compiled=compiled,
                         roofline_us=roof, rel_error=chk.max_error, correct=chk.ok,
-                        extra=kernel.compiled_stats())
+                        default=dflt, extra=stats)
         med = t.median_us
         if roof:
             row.pct_roofline = 100.0 * roof / med
@@ -99,6 +109,7 @@ def _means(rows: list[CaseBench]) -> dict[str, float | None]:
 
     return {
         "triton": mean([r.triton["median_us"] for r in rows]),
+        "default": mean([(r.default or {}).get("median_us") for r in rows]),
         "eager": mean([(r.eager or {}).get("median_us") for r in rows]),
         "compile": mean([(r.compiled or {}).get("median_us") for r in rows]),
         "roofline": mean([r.roofline_us for r in rows]),
@@ -108,7 +119,7 @@ def _means(rows: list[CaseBench]) -> dict[str, float | None]:
 def format_table(report: Mapping[str, Any]) -> str:
     """Plain, greppable table: one line per case, then the suite mean."""
     unit = "us" if report["method"] == "cupti" else "us(wall,interp)"
-    head = (f"{'kernel':<32} {'case':>4} {'axes':<22} {'eager':>9} {'compile':>9} {'triton':>9} "
+    head = (f"{'kernel':<32} {'case':>4} {'axes':<22} {'eager':>9} {'compile':>9} {'default':>9} {'triton':>9} "
             f"{'iqr':>6} {'roof':>7} {'%roof':>6} {'x_eager':>8} {'x_comp':>7} {'ok':>3}  [{unit}]")
     lines = [head]
     f = lambda v, w, p=2: f"{v:>{w}.{p}f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
@@ -117,12 +128,12 @@ def format_table(report: Mapping[str, Any]) -> str:
         lines.append(
             f"{r['kernel']:<32} {r['case'] if r['case'] is not None else '-':>4} {axes:<22} "
             f"{f((r['eager'] or {}).get('median_us'), 9)} {f((r['compiled'] or {}).get('median_us'), 9)} "
-            f"{f(r['triton']['median_us'], 9)} {f(r['triton']['iqr_us'], 6)} {f(r['roofline_us'], 7)} "
+            f"{f((r.get('default') or {}).get('median_us'), 9)} {f(r['triton']['median_us'], 9)} {f(r['triton']['iqr_us'], 6)} {f(r['roofline_us'], 7)} "
             f"{f(r['pct_roofline'], 6, 1)} {f(r['speedup_eager'], 8, 1)} {f(r['speedup_compile'], 7, 1)} "
             f"{'yes' if r['correct'] else 'NO':>3}")
     m = report["suite_mean_us"]
     lines.append(f"{report['kernel']:<32} {'mean':>4} {'':<22} {f(m['eager'], 9)} {f(m['compile'], 9)} "
-                 f"{f(m['triton'], 9)} {'':>6} {f(m['roofline'], 7)}")
+                 f"{f(m.get('default'), 9)} {f(m['triton'], 9)} {'':>6} {f(m['roofline'], 7)}")
     return "\n".join(lines)
 
 
@@ -142,7 +153,9 @@ def plot(reports: Sequence[Mapping[str, Any]], path: str) -> None:
         series = [
             ("eager", [(r["eager"] or {}).get("median_us") for r in rows], "o-"),
             ("torch.compile", [(r["compiled"] or {}).get("median_us") for r in rows], "s-"),
-            ("triton (tuned)", [r["triton"]["median_us"] for r in rows], "^-"),
+            ("triton (default config)", [(r.get("default") or {}).get("median_us") for r in rows], "v:"),
+            ("triton" + (" (tuned)" if any(r["config_source"] == "store" for r in rows) else ""),
+             [r["triton"]["median_us"] for r in rows], "^-"),
             ("roofline", [r["roofline_us"] for r in rows], "k--"),
         ]
         for name, ys, style in series:

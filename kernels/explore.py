@@ -27,17 +27,22 @@ def candidates(kname: str, limit: int, seed: int) -> list[dict[str, Any]]:
 
     k = get_kernel(kname)
     if kname == "vision_rope_generation_bwd":
-        grid = dict(BLOCK_P=[16, 32, 64, 128], TILES=[1, 2, 4, 8, 16], REDUCE=["ticket"],
-                    COLS=["pad128", "quarters"], num_warps=[1, 2, 4, 8], TRIG=["precise", "approx_rr"],
+        grid = dict(BLOCK_P=[16, 32, 64, 128], TILES=[1, 2, 4, 8], REDUCE=["ticket"],
+                    COLS=["quarters", "pad128"], num_warps=[2, 4, 8], TRIG=["approx_rr"],
                     num_stages=[1])
-        extra = [dict(REDUCE="single", BLOCK_P=bp, COLS=c, num_warps=w, TRIG="approx_rr")
-                 for bp in (32, 64, 128) for c in ("pad128", "quarters") for w in (4, 8)]
+        extra = [dict(REDUCE="single", BLOCK_P=bp, COLS="quarters", num_warps=w, TRIG="approx_rr")
+                 for bp in (32, 64, 128) for w in (4, 8)]
+        extra += [dict(BLOCK_P=bp, TILES=t, TRIG=tr, num_warps=4) for bp in (32, 64) for t in (1, 4)
+                  for tr in ("precise", "approx")]
     else:
-        grid = dict(ROWS=[1, 2, 4], HEADS=[4, 8, 16], BLOCK_D=[16, 32, 64], num_warps=[2, 4, 8],
-                    TRIG=["precise", "approx_rr"], CACHE=["none", "evict_first"], GRID=["tiles"])
-        extra = [dict(GRID="persistent", PROGRAMS_PER_SM=p, ROWS=r, HEADS=16, BLOCK_D=bd, num_warps=w,
+        grid = dict(ROWS=[1, 2], HEADS=[16], BLOCK_D=[16, 32, 64], num_warps=[1, 2, 4],
+                    TRIG=["approx_rr"], CACHE=["none", "evict_first"],
+                    STORE=["none", "cs", "evict_first"], GRID=["tiles"])
+        extra = [dict(GRID="persistent", PROGRAMS_PER_SM=p, ROWS=1, HEADS=16, BLOCK_D=bd, num_warps=w,
                       TRIG="approx_rr", num_stages=s)
-                 for p in (2, 4, 8) for r in (1, 2) for bd in (32, 64) for w in (4, 8) for s in (1, 2)]
+                 for p in (2, 4) for bd in (32, 64) for w in (2, 4) for s in (2, 3)]
+        extra += [dict(HEADS=h, BLOCK_D=bd, num_warps=2, TRIG="approx_rr") for h in (4, 8)
+                  for bd in (16, 64)]
     names = list(grid)
     out = []
     for vals in itertools.product(*grid.values()):

@@ -161,10 +161,12 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         n_prog = triton.cdiv(n_tiles, tiles)
     grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
     ws, counter = _workspace(emb.device, n_prog)
+    # The last program sums the partials in blocks of RB rows: one or two rounds of L2 reads.
+    rb = 1 if n_prog == 1 else min(triton.next_power_of_2(n_prog), 64 * config["num_warps"])
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
-        TRIG=config["TRIG"], ASM=not is_interpreter(), RB=64,
+        TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     return (grad,)

@@ -20,6 +20,8 @@ def bench(
     table_out: Optional[Path] = typer.Option(None, "--table", help="also write the table to this file"),
     n: int = typer.Option(30, "--n", min=1, help="timed calls per series (median reported)"),
     no_references: bool = typer.Option(False, "--no-references", help="skip eager and torch.compile"),
+    compare_default: bool = typer.Option(False, "--compare-default",
+                                         help="also time the kernel's default config in the same run"),
 ) -> None:
     """Time each case: eager reference, torch.compile, Triton (given or best config), roofline."""
     from kernels import KERNELS, get_kernel, set_provider
@@ -54,6 +56,7 @@ def bench(
         with err.status(f"benchmarking {k.name}") as status:
             rep = bench_cases(k, [c.axes for c in chosen], config=cfg, n=n,
                               references=not no_references, numbers=[c.number for c in chosen],
+                              compare_default=compare_default,
                               progress=lambda msg: status.update(f"benchmarking {msg}"))
         reports.append(rep)
         table = format_table(rep)

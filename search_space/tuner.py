@@ -122,11 +122,22 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
 
 def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None) -> RDBStorage:
     """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and retried."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(url, heartbeat_interval=heartbeat_s,
-                          grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
-                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(url, heartbeat_interval=heartbeat_s,
+                                  grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
+                                  heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+        except DBAPIError:
+            # Two workers opening a fresh database race to create Optuna's tables ("table
+            # trial_heartbeats already exists"); the loser finds them made on the next try.
+            if attempt == 2:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 class _Heartbeat:

@@ -22,6 +22,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -276,7 +277,11 @@ end
 function response(status, headers, body)
   answered = answered + 1
   if status < 200 or status > 299 then non2xx = non2xx + 1 end
-  if answered >= per_thread then wrk.thread:stop() end
+  if answered == per_thread then
+    io.write("KSDONE\n")
+    io.flush()
+    wrk.thread:stop()
+  end
 end
 
 function done(summary, latency, requests)
@@ -314,10 +319,29 @@ def run_wrk(base: str, paths: list[str], *, requests: int, clients: int, threads
     if token:
         cmd += ["-H", f"Authorization: Bearer {token}"]
     cmd.append(base + paths[0])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit_s + 30)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
+    # wrk sleeps for the whole -d before it reports; each thread prints KSDONE when its share is
+    # answered, and SIGINT then ends the sleep, so the measured time is the load's own.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = 0
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for ln in proc.stdout:
+        lines.append(ln)
+        if ln.startswith("KSDONE"):
+            done += 1
+            if done == threads:
+                proc.send_signal(signal.SIGINT)
+                break
+    try:
+        out, err = proc.communicate(timeout=time_limit_s + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    lines.append(out)
+    stdout = "".join(lines)
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("WRKJSON ")), None)
     if proc.returncode != 0 or line is None:
-        raise LoadTestError(f"wrk failed ({proc.returncode}): {proc.stdout[-1500:]} {proc.stderr[-1500:]}")
+        raise LoadTestError(f"wrk failed ({proc.returncode}): {stdout[-1500:]} {err[-1500:]}")
     d = json.loads(line[len("WRKJSON "):])
     dur = d["duration_us"] / 1e6
     return Result(

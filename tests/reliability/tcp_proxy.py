@@ -1,0 +1,75 @@
+"""A TCP forwarder on a loopback port that a test can cut and restore, to make a database
+unreachable for the processes that connect through it without touching the shared server."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+
+class TcpProxy:
+    """Forward 127.0.0.1:<port> to (host, target_port); `cut()` drops every connection and stops
+    listening (clients get 'connection refused'), `restore()` listens again on the same port."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def _call(self, coro, timeout: float = 10):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_writer))
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        finally:
+            self._writers.discard(writer)
+            self._writers.discard(up_writer)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port,
+                                                  reuse_address=True)
+
+    async def _cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self._writers):
+            w.transport.abort()
+        self._writers.clear()
+
+    def start(self) -> "TcpProxy":
+        self._call(self._start())
+        return self
+
+    restore = start
+
+    def cut(self) -> None:
+        self._call(self._cut())
+
+    def close(self) -> None:
+        self._call(self._cut())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)

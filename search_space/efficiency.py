@@ -113,6 +113,8 @@ class Clock:
 def run_search(kernels: Sequence[str], cases: Sequence[int], store: Any, url: str,
                runner: TrialRunner, clock: Clock, *, seeds: int, measure_n: int, live: bool,
                replay_fraction: float, tag: str, log: Any) -> dict[str, Any]:
+    import optuna
+
     out: dict[str, Any] = {"within": WITHIN, "kernels": {}}
     for kname in kernels:
         kdef = get_kernel(kname)
@@ -155,7 +157,8 @@ def run_search(kernels: Sequence[str], cases: Sequence[int], store: Any, url: st
                     r = tune_case(kname, axes, store=store, storage_url=url, n_trials=n_replay,
                                   sampler=sampler, runner=tab, seed=seed, measure_n=measure_n,
                                   space=space, name=f"eff{tag}/{variant}/{seed}/{kname}/{lab}",
-                                  warm_start=warm, write_record=False, timeout_s=clock.left())
+                                  warm_start=warm, write_record=False, timeout_s=clock.left(),
+                                  storage=optuna.storages.InMemoryStorage(), summaries=False)
                     runs.append({"seed": seed, "history": r.history, "warm_started": r.warm_started,
                                  "trials_to_within": trials_to_within(r.history, target)})
                 case[variant] = _summarise(runs, n_grid)

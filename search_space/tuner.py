@@ -143,25 +143,28 @@ def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None)
 class _Heartbeat:
     """Records heartbeats for the trials in flight (ask/tell does not do it for us)."""
 
-    def __init__(self, storage: RDBStorage, interval_s: float):
+    def __init__(self, storage: Any, interval_s: float | None):
+        # interval None: a storage without heartbeats (in memory); nothing to record.
         self.storage, self.interval_s = storage, interval_s
         self.trial_ids: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ks-heartbeat", daemon=True)
-        self._thread.start()
+        if interval_s is not None:
+            self._thread.start()
 
     def add(self, trial_id: int) -> None:
         with self._lock:
             self.trial_ids.add(trial_id)
-        self.storage.record_heartbeat(trial_id)
+        if self.interval_s is not None:
+            self.storage.record_heartbeat(trial_id)
 
     def remove(self, trial_id: int) -> None:
         with self._lock:
             self.trial_ids.discard(trial_id)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.interval_s or 1.0):
             with self._lock:
                 ids = list(self.trial_ids)
             for tid in ids:
@@ -172,7 +175,8 @@ class _Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
 
 def _axes_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
@@ -217,7 +221,9 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
               space: SearchSpace | None = None, name: str | None = None,
               heartbeat_s: int = 10, reference: str = "none",
               copy_bandwidth: float | None = None, write_record: bool = True,
-              max_rejected: int | None = None) -> CaseResult:
+              max_rejected: int | None = None,
+              storage: optuna.storages.BaseStorage | None = None,
+              summaries: bool = True) -> CaseResult:
     """Tune one case until `n_trials` configs have been evaluated in its study (resumed trials
     count), `timeout_s` passes, `patience` evaluated trials bring no improvement, or
     `should_stop()` says so; then write or improve the case's best record.
@@ -225,7 +231,9 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
     `progress(done, n_trials, best_us)` is called after every evaluated trial. `space` overrides
     the packaged space, `name` the study name (experiments), `reference` ("none", "eager",
     "both") measures the PyTorch reference for the record's speedups, `copy_bandwidth` (bytes/s)
-    gives the roofline (measured on a GPU when not given).
+    gives the roofline (measured on a GPU when not given). `storage` replaces the RDB storage
+    of `storage_url` (experiments replaying a table in memory; no heartbeats there), and
+    `summaries=False` skips the store's per-trial summaries.
     """
     t_wall = time.monotonic()
     kdef = get_kernel(kernel)
@@ -257,12 +265,12 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
         device = runner.device_name
         store.ensure_device(runner.device_info)
         sname = name or study_name(kernel, axes, device)
-        storage = make_storage(storage_url, heartbeat_s=heartbeat_s)
+        storage = storage or make_storage(storage_url, heartbeat_s=heartbeat_s)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
                                     sampler=make_sampler(sampler, space, seed=seed),
                                     load_if_exists=True)
         loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
-                     sampler, measure_n, seed)
+                     sampler, measure_n, seed, summaries)
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
         loop.study.set_user_attr("ks_space", space.fingerprint)
         warm = loop.warm_start() if warm_start and sampler != "grid" else 0
@@ -289,11 +297,12 @@ class _Loop:
 
     def __init__(self, kernel: str, axes: dict[str, int], device: str, space: SearchSpace,
                  grid: list[dict[str, Any]], study: optuna.Study, storage: RDBStorage, store: Any,
-                 runner: TrialRunner, sampler: str, measure_n: int, seed: int | None):
+                 runner: TrialRunner, sampler: str, measure_n: int, seed: int | None,
+                 summaries: bool = True):
         self.kernel, self.axes, self.device = kernel, axes, device
         self.space, self.grid, self.study, self.storage = space, grid, study, storage
         self.store, self.runner, self.sampler = store, runner, sampler
-        self.measure_n, self.seed = measure_n, seed
+        self.measure_n, self.seed, self.summaries = measure_n, seed, summaries
         self.seen: dict[str, dict[str, Any]] = {}   # config key -> stored outcome (state, value)
         self.best: tuple[float, dict[str, Any], dict[str, Any]] | None = None  # value, cfg, outcome
         self.evaluated = 0
@@ -375,7 +384,8 @@ class _Loop:
         t0 = time.monotonic()
         limit_rej = max_rejected if max_rejected is not None else max(50, 10 * n_trials)
         batch = max(1, self.runner.compile_workers) if self.runner.compile_workers else 1
-        hb = _Heartbeat(self.storage, max(1.0, self.storage.get_heartbeat_interval() / 2))
+        interval = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
+        hb = _Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
         pending: list[tuple[optuna.Trial, dict[str, Any]]] = []
         stopped = "n_trials"
         try:
@@ -489,7 +499,8 @@ class _Loop:
             self.seen[key] = {"state": "fail", "kind": out.failure_kind, "message": out.message}
             self._tell_infeasible(trial)
             self.history.append(None)
-        self._summary(trial, full, out)
+        if self.summaries:
+            self._summary(trial, full, out)
         if progress is not None:
             progress(self.evaluated, n_trials, self.best[0] if self.best else None)
 

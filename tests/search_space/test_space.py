@@ -41,7 +41,7 @@ def test_space_covers_every_tunable_dimension(name):
     for kp in kdef.params:
         for dep, vals in kp.requires.items():
             assert set(searched[kp.name].requires[dep]) <= set(vals)
-    for cfg in space.grid():
+    for cfg in random.Random(0).sample(space.grid(), 500):
         for kp in kdef.params:
             if kp.name in cfg:
                 assert kp.active(kdef.validate_config(cfg))

@@ -181,3 +181,15 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
     assert study.trials[running.number].state == TrialState.FAIL  # the dead worker's trial
     retried = [t for t in after if t.system_attrs.get("failed_trial") == running.number]
     assert len(retried) == 1 and retried[0].params == running.params
+
+
+def test_tune_and_resume_on_each_database(store, db_url, runner):
+    """Optuna's tables and ours share the database (SQLite, and PostgreSQL when configured)."""
+    space = fake_space(modes=("ok", "wrong"), blocks=(16, 32))
+    first = tune_case(FAKE, {"n": 16}, store=store, storage_url=db_url, n_trials=2,
+                      sampler="tpe", runner=runner, seed=0, measure_n=2, space=space)
+    second = tune_case(FAKE, {"n": 16}, store=store, storage_url=db_url, n_trials=4,
+                       sampler="tpe", runner=runner, seed=0, measure_n=2, space=space)
+    assert first.n_run_now == 2 and second.n_run_now == 2
+    assert second.n_complete + second.n_failed == 4 and second.n_complete == 2
+    assert len(store.trial_summaries(FAKE, second.device, {"n": 16})) == 4

@@ -383,7 +383,11 @@ class _Loop:
             should_stop: Callable[[], bool] | None, max_rejected: int | None) -> str:
         t0 = time.monotonic()
         limit_rej = max_rejected if max_rejected is not None else max(50, 10 * n_trials)
-        batch = max(1, self.runner.compile_workers) if self.runner.compile_workers else 1
+        # Asking ahead feeds the compile pool; model-based samplers ask at most 8 ahead so they
+        # still learn from most results before proposing (TPE's constant liar spreads a batch).
+        batch = max(1, self.runner.compile_workers or 1)
+        if self.sampler in ("tpe", "gp", "cmaes"):
+            batch = min(batch, 8)
         interval = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
         hb = _Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
         pending: list[tuple[optuna.Trial, dict[str, Any]]] = []

@@ -169,5 +169,8 @@ def measure_reference(kernel: KernelDef, axes: Mapping[str, int], *, compiled: b
     inputs = kernel.make_inputs(axes, seed=seed, distribution="benchmark", device=device)
     fn = kernel.torch_reference
     if compiled:
+        # A fresh compile per case, as the benchmark compiles per shape; without the reset,
+        # dynamo's recompile limit silently falls back to eager after eight shapes.
+        torch._dynamo.reset()
         fn = torch.compile(fn, dynamic=False)
     return time_call(lambda: fn(*inputs), n=n, device=device)

@@ -88,7 +88,8 @@ def _tile(gq_ptr, gk_ptr, q_ptr, k_ptr, e_ptr, dq_ptr, dk_ptr, de_ptr, t, S,
         tl.store(de_ptr + e_off + 64, de_hi, mask=m2)
 
 
-@triton.jit
+# Shapes vary per case; specialising on them would recompile every config for every case.
+@triton.jit(do_not_specialize=["S", "n_tiles"])
 def _rope3d_bwd_kernel(gq_ptr, gk_ptr, q_ptr, k_ptr, e_ptr, dq_ptr, dk_ptr, de_ptr, S, n_tiles,
                        ROWS: tl.constexpr, HEADS: tl.constexpr, BLOCK_D: tl.constexpr,
                        N_H: tl.constexpr, N_D: tl.constexpr, TRIG: tl.constexpr,
@@ -108,14 +109,14 @@ def _rope3d_bwd_kernel(gq_ptr, gk_ptr, q_ptr, k_ptr, e_ptr, dq_ptr, dk_ptr, de_p
 PARAMS = (
     Param("ROWS", (1, 2, 4, 8), 1, "sequence rows per tile"),
     Param("HEADS", (1, 2, 4, 8, 16), 16, "heads per tile (fewer than 16 splits heads across programs)"),
-    Param("BLOCK_D", (8, 16, 32, 64), 64, "columns of each half of the head dimension per tile"),
+    Param("BLOCK_D", (8, 16, 32, 64), 32, "columns of each half of the head dimension per tile"),
     Param("GRID", ("tiles", "persistent"), "tiles", "one tile per program, or a persistent strided grid"),
     Param("PROGRAMS_PER_SM", (1, 2, 4, 8), 4, "persistent grid size per multiprocessor",
           requires={"GRID": ("persistent",)}),
     Param("CACHE", tuple(_CACHE), "none", "load cache/eviction hint for the streamed tensors"),
     Param("STORE", tuple(_STORE), "none", "store cache/eviction hint for grad_q and grad_k"),
-    Param("TRIG", TRIG_CHOICES, "precise", "sin/cos implementation"),
-    Param("num_warps", (1, 2, 4, 8, 16), 4, "warps per program"),
+    Param("TRIG", TRIG_CHOICES, "approx_rr", "sin/cos implementation"),
+    Param("num_warps", (1, 2, 4, 8, 16), 1, "warps per program"),
     Param("num_stages", (1, 2, 3, 4), 1, "software pipelining depth (persistent loop)"),
 )
 

@@ -28,7 +28,8 @@ QUARTER = 18
 MAX_PATCHES = 1 << 22
 
 
-@triton.jit
+# Shapes vary per case; specialising on them would recompile every config for every case.
+@triton.jit(do_not_specialize=["P", "n_tiles"])
 def _rope_gen_bwd_kernel(
     gc_ptr, gs_ptr, pos_ptr, emb_ptr, out_ptr, ws_ptr, counter_ptr,
     P, n_tiles,
@@ -107,12 +108,12 @@ def _rope_gen_bwd_kernel(
 
 PARAMS = (
     Param("BLOCK_P", (8, 16, 32, 64, 128, 256), 32, "patches per tile"),
-    Param("TILES", (1, 2, 4, 8, 16, 32, 64), 4, "tiles each program folds before the cross-program sum",
+    Param("TILES", (1, 2, 4, 8, 16, 32, 64), 1, "tiles each program folds before the cross-program sum",
           requires={"REDUCE": ("ticket",)}),
     Param("REDUCE", ("ticket", "single"), "ticket",
           "cross-program reduction: last-arriving program sums partials in order, or one program does all"),
     Param("COLS", ("pad128", "quarters"), "quarters", "tiling of the 72 columns"),
-    Param("TRIG", TRIG_CHOICES, "precise", "sin/cos implementation"),
+    Param("TRIG", TRIG_CHOICES, "approx_rr", "sin/cos implementation"),
     Param("num_warps", (1, 2, 4, 8, 16), 4, "warps per program"),
     Param("num_stages", (1, 2, 3, 4), 1, "software pipelining depth of the tile loop"),
 )
@@ -162,7 +163,7 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
     grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
     ws, counter = _workspace(emb.device, n_prog)
     # The last program sums the partials in blocks of RB rows: one or two rounds of L2 reads.
-    rb = 1 if n_prog == 1 else min(triton.next_power_of_2(n_prog), 64 * config["num_warps"])
+    rb = 1 if n_prog == 1 else min(triton.next_power_of_2(n_prog), 128 * config["num_warps"])
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],

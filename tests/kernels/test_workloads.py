@@ -8,7 +8,11 @@ from kernels import vision_rope3d_spatial_merge_bwd as B
 from kernels import vision_rope_generation_bwd as A
 from kernels.check import check_config
 
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; the same checks run under the interpreter")
+def gpu(fn):
+    """Marked `gpu` and skipped without one; the same checks run under the interpreter."""
+    fn = pytest.mark.skipif(not torch.cuda.is_available(),
+                            reason="needs a CUDA GPU; the same checks run under the interpreter")(fn)
+    return pytest.mark.gpu(fn)
 
 
 def test_a_deterministic_bits():
@@ -48,8 +52,8 @@ def test_a_realistic_inputs_are_rope_tables():
 
 def test_b_head_split_and_dim_split_agree():
     inputs = B.make_inputs({"seq_len": 5}, seed=2)
-    full = B(*inputs, config={"HEADS": 16, "BLOCK_D": 64})
-    split = B(*inputs, config={"HEADS": 4, "BLOCK_D": 16, "ROWS": 2})
+    full = B(*inputs, config={"HEADS": 16, "BLOCK_D": 64, "num_warps": 4})
+    split = B(*inputs, config={"HEADS": 4, "BLOCK_D": 16, "ROWS": 2, "num_warps": 4})
     for x, y in zip(full, split):
         assert torch.allclose(x, y, rtol=1e-5, atol=1e-5)
 
@@ -57,14 +61,14 @@ def test_b_head_split_and_dim_split_agree():
 def test_b_persistent_grid_covers_all_tiles():
     for S in (1, 9):
         cfg = B.validate_config({"GRID": "persistent", "PROGRAMS_PER_SM": 1, "ROWS": 2,
-                                 "BLOCK_D": 32})
+                                 "BLOCK_D": 32, "num_warps": 4})
         res = check_config(B, {"seq_len": S}, cfg, seed=S)
         assert res.ok, res.detail
 
 
 def test_b_fast_trig_needs_range_reduction_on_real_angles():
     """approx_rr is checked on realistic angles (large); the check runs both draws."""
-    res = check_config(B, {"seq_len": 40}, {"TRIG": "approx_rr", "ROWS": 8, "HEADS": 4}, seed=1)
+    res = check_config(B, {"seq_len": 40}, {"TRIG": "approx_rr", "ROWS": 8, "HEADS": 4, "num_warps": 4}, seed=1)
     assert res.ok, res.detail
 
 

@@ -168,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
             per_case.append({"case": c.number, "axes": c.axes,
                              "roofline_us": k.bytes_moved(c.axes) / result["copy_bandwidth_Bps"] * 1e6,
                              "rows": rows})
-        result["kernels"][kname] = {"compile_s": t_compile, "compile_failures": failed, "cases": per_case}
-        with open(a.out, "w") as fh:
-            json.dump(result, fh, indent=0)
+            # Written after every case: a run cut short by its time limit keeps what it measured.
+            result["kernels"][kname] = {"compile_s": t_compile, "compile_failures": failed,
+                                        "cases": per_case}
+            with open(a.out, "w") as fh:
+                json.dump(result, fh, indent=0)
     return 0
 
 

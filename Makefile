@@ -1,0 +1,39 @@
+# kernelsearch: `make run` serves on http://127.0.0.1:8000 (SQLite under ./var, embedded worker);
+# `make test` runs the whole suite. Both install into .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-fast db-upgrade clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstalled whenever pyproject.toml changes. torch first, pinned to the CPU build that lies on
+# this kind of machine's disk: asked for by a range, pip would fetch a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+db-upgrade: install
+	$(BIN)/kernelsearch db upgrade
+
+run: db-upgrade
+	$(BIN)/kernelsearch records import --if-empty service/data/h200_records.json
+	$(BIN)/kernelsearch serve --host $(HOST) --port $(PORT)
+
+test: install
+	$(BIN)/python -m pytest -n 2 --durations=20 $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -n 2 -m "not slow and not browser" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) var test-artifacts .pytest_cache

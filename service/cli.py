@@ -10,6 +10,40 @@ app = typer.Typer(
 )
 
 
+@app.command("kernels")
+def kernels_cmd(
+    name: str = typer.Argument(None, help="a kernel: show its parameters and suite cases"),
+    as_json: bool = typer.Option(False, "--json", help="JSON for scripts"),
+) -> None:
+    """List the kernels, or one kernel's tunable parameters and suite cases."""
+    import json
+
+    from kernels import KERNELS, get_kernel
+
+    if name is None:
+        if as_json:
+            print(json.dumps([k.describe() for k in KERNELS.values()], indent=1))
+            return
+        for k in KERNELS.values():
+            print(f"{k.name}\t{k.benchmark_problem}\t{','.join(a.name for a in k.axes)}\t{k.description}")
+        return
+    try:
+        k = get_kernel(name)
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc.args[0]), param_hint="NAME") from None
+    if as_json:
+        d = k.describe()
+        d["cases"] = [{"case": c.number, **c.axes} for c in k.cases]
+        print(json.dumps(d, indent=1))
+        return
+    print(f"kernel: {k.name}\nproblem: {k.benchmark_problem}\naxes: {', '.join(a.name for a in k.axes)}")
+    for p in k.params:
+        cond = f" (when {', '.join(f'{a} in {list(v)}' for a, v in p.requires.items())})" if p.requires else ""
+        print(f"param: {p.name}\tdefault={p.default!r}\tchoices={list(p.choices)}{cond}\t{p.doc}")
+    for c in k.cases:
+        print(f"case: {c.number}\t" + "\t".join(f"{a}={v}" for a, v in c.axes.items()))
+
+
 def _register() -> None:
     from . import cli_bench, cli_db, cli_serve, cli_tune
 

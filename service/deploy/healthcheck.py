@@ -1,8 +1,9 @@
-"""Container healthchecks: `python deploy/healthcheck.py api|worker` exits 0 when healthy.
+"""Container healthchecks: `python -m service.deploy.healthcheck api|worker` exits 0 when healthy.
 
 The image has no curl, and a check must not start the whole CLI (torch import) every few
-seconds: the API check is one HTTP request with the standard library; the worker check looks
-for the worker process and asks the database for a round trip.
+seconds (`service/__init__.py` and `service/deploy/__init__.py` import nothing, so `-m` stays
+light): the API check is one HTTP request with the standard library; the worker check looks for
+the worker process and asks the database for a round trip.
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ CHECKS = {"api": check_api, "worker": check_worker}
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in CHECKS:
-        print(f"usage: healthcheck.py {'|'.join(CHECKS)}", file=sys.stderr)
+        print(f"usage: python -m service.deploy.healthcheck {'|'.join(CHECKS)}", file=sys.stderr)
         return 2
     problem = CHECKS[argv[0]]()
     if problem:

@@ -1,11 +1,13 @@
-"""The compose file, the Dockerfile and the GPU override generator, checked without a Docker engine."""
+"""The compose files, service/Dockerfile and the GPU override generator (service.deploy), checked
+without a Docker engine."""
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
+import importlib
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,9 @@ SECRETS = {
     "KS_API_TOKEN": "token-from-test",
 }
 APP_SERVICES = ("migrate", "seed", "api", "worker")
+DEPLOY = ROOT / "service" / "deploy"
+WORKER_HOST_FILE = DEPLOY / "worker-host.yml"
+DOCKERFILE = ROOT / "service" / "Dockerfile"
 DOCKER_COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(
     DOCKER_COMPOSE is None,
@@ -34,10 +39,13 @@ def compose() -> dict:
 
 
 def _gpu_workers():
-    spec = importlib.util.spec_from_file_location("gpu_workers", ROOT / "deploy" / "gpu_workers.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("service.deploy.gpu_workers")
+
+
+def _module_cli(module: str, *args: str, **kw) -> subprocess.CompletedProcess:
+    """`python -m <module> args...` from the repository root, as the docs run it."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, **kw)
 
 
 def _devices(svc: dict) -> list[dict]:
@@ -88,8 +96,26 @@ def test_healthchecks_and_restart_policies(compose):
         assert svc["restart"] in ("always", "unless-stopped"), name
     for name in ("api", "worker"):
         test = compose["services"][name]["healthcheck"]["test"]
-        assert test[1:3] == ["python", "/app/deploy/healthcheck.py"] and test[3] == name
-    assert (ROOT / "deploy" / "healthcheck.py").is_file()
+        assert test[1:] == ["python", "-m", "service.deploy.healthcheck", name], test
+    assert (DEPLOY / "healthcheck.py").is_file() and (DEPLOY / "__init__.py").is_file()
+    for doc in (compose, load_compose(WORKER_HOST_FILE)):
+        assert doc["services"]["worker"]["healthcheck"]["test"][1:] == \
+            ["python", "-m", "service.deploy.healthcheck", "worker"]
+
+
+@pytest.mark.parametrize("path", [COMPOSE_FILE, WORKER_HOST_FILE], ids=lambda p: p.name)
+def test_build_uses_service_dockerfile_from_the_repository_root(path):
+    """Compose resolves `context` against the compose file's folder, `dockerfile` against the
+    context: both files must land on the repository root and service/Dockerfile."""
+    doc = load_compose(path)
+    builds = [svc["build"] for svc in doc["services"].values() if "build" in svc]
+    assert builds, f"{path.name}: no service builds the image"
+    for build in builds:
+        context = (path.parent / build["context"]).resolve()
+        assert context == ROOT, f"{path.name}: build context {build['context']!r} is not the root"
+        assert build["dockerfile"] == "service/Dockerfile"
+        assert (context / build["dockerfile"]).resolve() == DOCKERFILE.resolve()
+    assert DOCKERFILE.is_file() and not (ROOT / "Dockerfile").exists()
 
 
 def test_worker_reserves_one_nvidia_gpu(compose):
@@ -101,7 +127,7 @@ def test_worker_reserves_one_nvidia_gpu(compose):
     assert "count" not in dev, "count and device_ids exclude each other"
 
 
-@pytest.mark.parametrize("path", [COMPOSE_FILE, ROOT / "deploy" / "worker-host.yml"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [COMPOSE_FILE, WORKER_HOST_FILE], ids=lambda p: p.name)
 def test_every_setting_is_a_ks_reference(path):
     doc = load_compose(path)
     for name, svc in doc["services"].items():
@@ -169,7 +195,7 @@ def test_docker_compose_refuses_without_secret(secret):
 
 @needs_compose
 def test_docker_compose_accepts_worker_host_file():
-    out = _compose_config({"KS_DATABASE_URL": SECRETS["KS_DATABASE_URL"]}, ROOT / "deploy" / "worker-host.yml")
+    out = _compose_config({"KS_DATABASE_URL": SECRETS["KS_DATABASE_URL"]}, WORKER_HOST_FILE)
     assert out.returncode == 0, out.stderr
     services = yaml.safe_load(out.stdout)["services"]
     assert list(services) == ["worker"] and "depends_on" not in services["worker"]
@@ -194,15 +220,26 @@ def test_gpu_override_pins_one_worker_per_gpu(compose):
 
 
 def test_gpu_workers_cli_rejects_bad_count():
-    out = subprocess.run([sys.executable, str(ROOT / "deploy" / "gpu_workers.py"), "--gpus", "two"],
-                         capture_output=True, text=True, timeout=60)
+    out = _module_cli("service.deploy.gpu_workers", "--gpus", "two")
     assert out.returncode == 2 and "--gpus must be an integer" in out.stderr
+
+
+def test_healthcheck_module_cli():
+    """`python -m service.deploy.healthcheck` as the compose files run it: usage error without a
+    check name, and an unhealthy answer (exit 1) when nothing listens on the API port."""
+    out = _module_cli("service.deploy.healthcheck")
+    assert out.returncode == 2 and "usage: python -m service.deploy.healthcheck" in out.stderr
+    with socket.socket() as s:  # a port that was free a moment ago, now closed again
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = _module_cli("service.deploy.healthcheck", "api",
+                      env={"PATH": "/usr/bin:/bin", "KS_API_PORT": str(port)})
+    assert out.returncode == 1 and "unreachable" in out.stderr, out.stderr
 
 
 @needs_compose
 def test_docker_compose_merges_gpu_override(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "deploy" / "gpu_workers.py"), "--gpus", "3"],
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = _module_cli("service.deploy.gpu_workers", "--gpus", "3", check=True)
     override = ROOT / f".ks-test-gpus-{tmp_path.name}.yml"  # beside the base file, as documented
     override.write_text(out.stdout)
     try:
@@ -218,7 +255,7 @@ def test_docker_compose_merges_gpu_override(tmp_path):
 
 # ----------------------------------------------------------------------------- Dockerfile
 def _dockerfile() -> list[tuple[str, str]]:
-    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
     return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1] if " " in ln.strip() else "")
             for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
@@ -260,5 +297,7 @@ def test_dockerfile_copies_exist_and_are_not_ignored():
     for src in sources:
         assert (ROOT / src).exists(), f"COPY {src}: missing in the repository"
         assert not _ignored(src, patterns), f"COPY {src}: excluded by .dockerignore"
-    assert "deploy" in sources, "the healthcheck script must be in the image"
+    assert "service" in sources and (DEPLOY / "healthcheck.py").is_file(), \
+        "the healthcheck module (service.deploy.healthcheck) must be in the image"
+    assert not any(s.split("/")[0] in ("deploy", "scripts") for s in sources), sources
     assert _ignored(".git", patterns) and _ignored("tests", patterns)

@@ -13,7 +13,7 @@ import sys
 import httpx
 import pytest
 
-from ks_stack import ROOT, Stack, free_port, wait_healthy, wait_job
+from ks_stack import ROOT, Stack, free_port, load_compose, wait_healthy, wait_job
 
 pytestmark = pytest.mark.slow
 
@@ -85,11 +85,16 @@ def test_compose_stack_tunes_a_job_and_serves_it(stack):
         records = client.get("/v1/records", params={"kernel": KERNEL, "device": device}).json()
         assert sorted(r["case"]["seq_len"] for r in records) == [2, 3]
 
-    # The compose healthchecks pass against the running processes.
+    # The compose healthchecks pass against the running processes: the compose file's own
+    # `test` argv (`python -m service.deploy.healthcheck ...`), run from the repository root as
+    # the image runs it from /app.
+    compose = load_compose()
     for service, extra in (("api", {"KS_API_PORT": stack.env["KS_API_PORT"]}),
                            ("worker", {"KS_DATABASE_URL": stack.env["KS_DATABASE_URL"]})):
-        hc = subprocess.run([sys.executable, str(ROOT / "deploy" / "healthcheck.py"), service],
-                            env={**os.environ, **extra}, capture_output=True, text=True, timeout=60)
+        kind, exe, *args = compose["services"][service]["healthcheck"]["test"]
+        assert kind == "CMD" and exe == "python", compose["services"][service]["healthcheck"]
+        hc = subprocess.run([sys.executable, *args], cwd=ROOT, env={**os.environ, **extra},
+                            capture_output=True, text=True, timeout=60)
         assert hc.returncode == 0, f"{service}: {hc.stdout}{hc.stderr}"
 
     # SIGTERM stops every process cleanly (compose's `docker stop`). Uvicorn re-raises the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,18 +17,12 @@ from svc_record import a_record
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 def _loadtest():
-    """scripts/loadtest.py as the module `loadtest` (its Python engine's spawned processes
-    import it by that name, from the sys.path they inherit)."""
-    scripts = str(ROOT / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import loadtest
+    """service/loadtest.py (`python -m service.loadtest`); its Python engine's spawned processes
+    import it as `service.loadtest` too."""
+    import service.loadtest
 
-    return loadtest
+    return service.loadtest
 
 
 @pytest.mark.parametrize("engine", ["wrk", "python"])
@@ -52,6 +47,11 @@ def test_load_script_refuses_a_non_loopback_target():
         lt.require_loopback("http://example.com:8000")
     assert lt.require_loopback("http://127.0.0.1:8000/") == "http://127.0.0.1:8000"
     assert lt.main(["--url", "http://10.0.0.1:8000", "--database-url", "sqlite:///x"]) == 2
+    # The documented entry point, `python -m service.loadtest`, from the repository root.
+    out = subprocess.run([sys.executable, "-m", "service.loadtest", "--url", "http://10.0.0.1:8000",
+                          "--database-url", "sqlite:///x"], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 2 and "127.0.0.1" in out.stderr, out.stderr
 
 
 def test_lookup_cache_follows_a_better_record_from_another_process(sqlite_url, tmp_path):

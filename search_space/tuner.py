@@ -195,16 +195,19 @@ def warm_start_configs(store: Any, kernel: str, axes: Mapping[str, int], device:
     for r in recs:
         if len(out) >= k:
             break
-        if space.violation(r.config) is not None:
-            continue
         try:
-            space.to_params(r.config)
-            key = space.key(r.config)
+            # In the space's own form: a record holds the kernel's canonical config, with
+            # parameters the space leaves inactive (B's num_stages on the tiles grid), which
+            # violation() would reject as "only applies when ...".
+            cfg = space.config_of(space.to_params(r.config))
+            if space.violation(cfg) is not None:
+                continue
+            key = space.key(cfg)
         except InvalidConfig:
             continue
         if key not in keys:
             keys.add(key)
-            out.append((space.canonical(r.config), dict(r.axes)))
+            out.append((space.canonical(cfg), dict(r.axes)))
     return out
 
 

@@ -28,7 +28,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_s
 from optuna.trial import TrialState
 
 from kernels import get_kernel
-from kernels.errors import FailureKind, InvalidConfig
+from kernels.errors import InvalidConfig
 
 from .runner import TrialOutcome, TrialRunner
 from .space import SearchSpace, get_space
@@ -419,7 +419,7 @@ class _Loop:
                 if should_stop is not None and should_stop():
                     stopped = "cancelled"
                     break
-                if sum(1 for v in self.seen.values() if v) >= len(self.grid):
+                if len(self.seen) >= len(self.grid):
                     stopped = "space_exhausted"
                     break
                 if self.rejected + self.cached >= limit_rej:

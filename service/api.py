@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from contextlib import asynccontextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Mapping
 
@@ -154,7 +155,10 @@ class BestCache:
 
 
 # -- record and job views -------------------------------------------------------------------------
+@lru_cache(maxsize=None)
 def _current_versions(kernel: str) -> dict[str, str | None]:
+    # Cached: fixed for the life of the process, while source_hash re-reads and hashes the
+    # kernel's module on every call, and every /v1/best cache miss asks for it.
     v = kernel_versions()
     return {"torch": v.get("torch"), "triton": v.get("triton"),
             "source_hash": kernels.get_kernel(kernel).source_hash}

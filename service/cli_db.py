@@ -48,14 +48,15 @@ def _fail(message: str) -> typer.Exit:
 
 @contextmanager
 def _store(url: str | None) -> Iterator[Store]:
-    """An upgraded store, or a clear error (schema behind, unreachable) and exit 1."""
+    """An upgraded store, or a clear error (schema behind, unreachable) and exit 1.
+
+    Covers the body of the `with` too: a StoreError raised there exits the same way.
+    """
     try:
         with Store(_url(url)) as store:
             check_schema(store.engine)
             yield store
-    except StoreError as e:
-        raise _fail(str(e)) from None
-    except ValueError as e:
+    except (StoreError, ValueError) as e:
         raise _fail(str(e)) from None
 
 
@@ -117,10 +118,7 @@ def records_export(
 ) -> None:
     """Write records as a versioned JSON document (schema kernelsearch.records)."""
     with _store(url) as store:
-        try:
-            doc = store.export_records(kernel=kernel, device=device, include_history=history)
-        except StoreError as e:
-            raise _fail(str(e)) from None
+        doc = store.export_records(kernel=kernel, device=device, include_history=history)
     text = json.dumps(doc, indent=2) + "\n"
     if file == "-":
         sys.stdout.write(text)
@@ -182,10 +180,7 @@ def records_list(
 ) -> None:
     """One line per record: kernel, device, axes, median latency (us), current/history, config."""
     with _store(url) as store:
-        try:
-            recs = store.list_records(kernel=kernel, device=device, include_history=history)
-        except StoreError as e:
-            raise _fail(str(e)) from None
+        recs = store.list_records(kernel=kernel, device=device, include_history=history)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in recs], indent=2))
         return

@@ -100,15 +100,23 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
 
 
-@pytest.fixture
-def store(db_url: str) -> Iterator[object]:
-    """A `db.store.Store` on an upgraded database of each kind."""
+def _migrated_store(url: str) -> Iterator[object]:
+    """The body of the store fixtures: upgrade the database, yield a Store on it, close it."""
     from db.engine import upgrade
     from db.store import Store
 
-    upgrade(db_url)
-    s = Store(db_url)
-    try:
+    upgrade(url)
+    with Store(url) as s:
         yield s
-    finally:
-        s.close()
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[object]:
+    """A `db.store.Store` on an upgraded database of each kind."""
+    yield from _migrated_store(db_url)
+
+
+@pytest.fixture
+def sqlite_store(sqlite_url: str) -> Iterator[object]:
+    """A migrated SQLite store, for tests that need no PostgreSQL twin."""
+    yield from _migrated_store(sqlite_url)

@@ -34,19 +34,6 @@ def client(store: Store, settings: Settings) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def sqlite_store(sqlite_url: str) -> Iterator[Store]:
-    """A migrated SQLite store, for tests that need no PostgreSQL twin."""
-    from db.engine import upgrade
-
-    upgrade(sqlite_url)
-    s = Store(sqlite_url)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
 def sqlite_client(sqlite_store: Store) -> Iterator[TestClient]:
     """A client on SQLite only: for input validation, which no database changes."""
     with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-log = logging.getLogger(__name__)
+from db.models import JOB_STATUSES
 
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+log = logging.getLogger(__name__)
 
 # Lookups are answered from memory in well under a millisecond; misses go to the database.
 _LOOKUP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-import kernels
 from kernels import provider
 from kernels.check import check_config, rel_error
 from kernels.errors import FailureKind, InvalidConfig, WrongResult, classify

@@ -3,7 +3,6 @@ during (no error, no non-2xx) and after a short bounded run, and the lookup cach
 record that another process improves. No timing is asserted: docs/load.md has the numbers."""
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys

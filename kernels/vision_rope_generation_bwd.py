@@ -44,6 +44,14 @@ def _rope_gen_bwd_kernel(
         q3 = tl.arange(0, 4)[None, :, None]
         j3 = j[None, None, :]
         acc = tl.zeros([BLOCK_P, 4, 32], dtype=tl.float32)
+    elif COLS == "split64":
+        # [BLOCK_P, 64] + [BLOCK_P, 8]: no padded lanes, and both parts start at a multiple of 8
+        # floats of a 288-byte row, so every load is a full 16-byte vector.
+        p2 = tl.arange(0, BLOCK_P)[:, None]
+        c2 = tl.arange(0, 64)[None, :]
+        t2 = tl.arange(0, 8)[None, :]
+        acc = tl.zeros([BLOCK_P, 64], dtype=tl.float32)
+        acc_t = tl.zeros([BLOCK_P, 8], dtype=tl.float32)
     else:
         # [BLOCK_P, 128] view: column c < 72; weight pos[:, (c // 18) % 2].
         p2 = tl.arange(0, BLOCK_P)[:, None]
@@ -66,6 +74,20 @@ def _rope_gen_bwd_kernel(
             pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
             pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
             w = tl.where((q3 % 2) == 0, pos_a, pos_b)
+        elif COLS == "split64":
+            rows = p0 + p2
+            rmask = rows < P
+            base = tl.multiple_of(rows * 72, [8, 8])
+            offs = base + c2
+            m = rmask
+            offs_t = base + 64 + t2
+            pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
+            pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
+            w = tl.where(((c2 // 18) % 2) == 0, pos_a, pos_b)
+            # Columns 64..71 sit in the fourth quarter: weight pos[:, 1].
+            e_t = tl.load(emb_ptr + offs_t, mask=rmask, other=0.0)
+            gs_t = tl.load(gs_ptr + offs_t, mask=rmask, other=0.0)
+            gc_t = tl.load(gc_ptr + offs_t, mask=rmask, other=0.0)
         else:
             rows = p0 + p2
             rmask = rows < P
@@ -79,9 +101,19 @@ def _rope_gen_bwd_kernel(
         gc = tl.load(gc_ptr + offs, mask=m, other=0.0)
         s, c = sincos(e, TRIG, ASM)
         acc += (gs * c - gc * s) * w
+        if COLS == "split64":
+            s_t, c_t = sincos(e_t, TRIG, ASM)
+            acc_t += (gs_t * c_t - gc_t * s_t) * pos_b
 
     if COLS == "quarters":
         part = tl.sum(tl.sum(acc, axis=0), axis=0)
+    elif COLS == "split64":
+        v = tl.sum(acc, axis=0)  # [64]
+        v_t = tl.sum(acc_t, axis=0)  # [8], columns 64..71 -> slots 10..17
+        cc = tl.arange(0, 64)[:, None]
+        ct = tl.arange(0, 8)[:, None]
+        part = tl.sum(tl.where((cc % 18) == j[None, :], v[:, None], 0.0), axis=0)
+        part += tl.sum(tl.where((ct + 10) == j[None, :], v_t[:, None], 0.0), axis=0)
     else:
         v = tl.sum(acc, axis=0)  # [128]
         cc = tl.arange(0, 128)[:, None]
@@ -112,7 +144,8 @@ PARAMS = (
           requires={"REDUCE": ("ticket",)}),
     Param("REDUCE", ("ticket", "single"), "ticket",
           "cross-program reduction: last-arriving program sums partials in order, or one program does all"),
-    Param("COLS", ("pad128", "quarters"), "quarters", "tiling of the 72 columns"),
+    Param("COLS", ("pad128", "quarters", "split64"), "quarters",
+          "tiling of the 72 columns: padded to 128, four 18-column quarters padded to 32, or 64 + 8"),
     Param("TRIG", TRIG_CHOICES, "approx_rr", "sin/cos implementation"),
     Param("num_warps", (1, 2, 4, 8, 16), 4, "warps per program"),
     Param("num_stages", (1, 2, 3, 4), 1, "software pipelining depth of the tile loop"),
@@ -120,9 +153,10 @@ PARAMS = (
 
 
 def _rules(cfg: Mapping[str, Any]) -> str | None:
-    # Registers: the accumulator is BLOCK_P x 128 floats spread over the program's threads;
-    # past 128 per thread the compiler spills.
-    per_thread = cfg["BLOCK_P"] * 128 // (32 * cfg["num_warps"])
+    # Registers: the accumulator is BLOCK_P x 128 floats (72 for split64) spread over the
+    # program's threads; past 128 per thread the compiler spills.
+    width = 72 if cfg["COLS"] == "split64" else 128
+    per_thread = cfg["BLOCK_P"] * width // (32 * cfg["num_warps"])
     if per_thread > 128:
         return (f"BLOCK_P={cfg['BLOCK_P']} with num_warps={cfg['num_warps']} puts {per_thread} "
                 "accumulator values per thread (at most 128)")
@@ -162,8 +196,11 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         n_prog = triton.cdiv(n_tiles, tiles)
     grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
     ws, counter = _workspace(emb.device, n_prog)
-    # The last program sums the partials in blocks of RB rows: one or two rounds of L2 reads.
-    rb = 1 if n_prog == 1 else min(triton.next_power_of_2(n_prog), 128 * config["num_warps"])
+    # The last program sums the partials in blocks of RB rows. Two sizes only, so that a config
+    # compiles at most twice over all shapes: one round of L2 reads up to 32 rows per thread
+    # group, then blocks of 128 per warp (four rows of registers per thread).
+    nw = config["num_warps"]
+    rb = 1 if n_prog == 1 else (32 * nw if n_prog <= 32 * nw else 128 * nw)
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],

@@ -111,7 +111,7 @@ PARAMS = (
     Param("HEADS", (1, 2, 4, 8, 16), 16, "heads per tile (fewer than 16 splits heads across programs)"),
     Param("BLOCK_D", (8, 16, 32, 64), 32, "columns of each half of the head dimension per tile"),
     Param("GRID", ("tiles", "persistent"), "tiles", "one tile per program, or a persistent strided grid"),
-    Param("PROGRAMS_PER_SM", (1, 2, 4, 8), 4, "persistent grid size per multiprocessor",
+    Param("PROGRAMS_PER_SM", (1, 2, 4, 8, 16, 32), 4, "persistent grid size per multiprocessor",
           requires={"GRID": ("persistent",)}),
     Param("CACHE", tuple(_CACHE), "none", "load cache/eviction hint for the streamed tensors"),
     Param("STORE", tuple(_STORE), "none", "store cache/eviction hint for grad_q and grad_k"),

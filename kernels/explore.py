@@ -22,11 +22,15 @@ from typing import Any
 import torch
 
 
-def candidates(kname: str, limit: int, seed: int) -> list[dict[str, Any]]:
+def candidates(kname: str, limit: int, seed: int,
+               spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The kernel's default, then a shuffled product grid plus extras (from `spec` when given)."""
     from kernels import get_kernel
 
     k = get_kernel(kname)
-    if kname == "vision_rope_generation_bwd":
+    if spec is not None:
+        grid, extra = spec.get("grid", {}), list(spec.get("extra", []))
+    elif kname == "vision_rope_generation_bwd":
         grid = dict(BLOCK_P=[16, 32, 64, 128], TILES=[1, 2, 4, 8], REDUCE=["ticket"],
                     COLS=["quarters", "pad128"], num_warps=[2, 4, 8], TRIG=["approx_rr"],
                     num_stages=[1])
@@ -61,33 +65,37 @@ def candidates(kname: str, limit: int, seed: int) -> list[dict[str, Any]]:
     return [k.default_config] + [c for c in uniq if c != k.default_config]
 
 
-def _compile_one(args: tuple[str, dict[str, Any]]) -> tuple[str, str | None]:
-    kname, cfg = args
+_shape_inputs: dict[str, tuple] = {}
+
+
+def _compile_one(args: tuple[str, dict[str, Any], list[dict[str, int]]]) -> tuple[str, str | None]:
+    kname, cfg, shapes = args
     from kernels import get_kernel
 
     k = get_kernel(kname)
     key = json.dumps(cfg, sort_keys=True)
     try:
-        for axes in _warm_shapes(kname):
-            inputs = k.make_inputs(axes, seed=0, device="cuda")
-            k.launch(*inputs, config=cfg)
+        for axes in shapes:
+            # Uninitialised tensors of the case's shapes: a compile needs shapes, not values.
+            skey = json.dumps([kname, axes], sort_keys=True)
+            if skey not in _shape_inputs:
+                like = k.make_inputs(axes, seed=0, device="meta")
+                _shape_inputs[skey] = tuple(torch.empty(t.shape, dtype=t.dtype, device="cuda")
+                                            for t in like)
+            k.launch(*_shape_inputs[skey], config=cfg)
         torch.cuda.synchronize()
         return key, None
     except Exception as exc:  # reported per config, the sweep goes on
         return key, f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
-def _warm_shapes(kname: str) -> list[dict[str, int]]:
-    # Triton specialises integer arguments on divisibility by 16: warm both variants.
-    if kname == "vision_rope_generation_bwd":
-        return [{"total_patches": 256}, {"total_patches": 131}]
-    return [{"seq_len": 128}, {"seq_len": 131}]
-
-
-def compile_ahead(kname: str, cfgs: list[dict[str, Any]], workers: int) -> dict[str, str | None]:
+def compile_ahead(kname: str, cfgs: list[dict[str, Any]], workers: int,
+                  shapes: list[dict[str, int]]) -> dict[str, str | None]:
+    """Compile every config for every swept shape in parallel processes (the on-disk cache
+    then turns the sweep's own compiles into loads); launches run on garbage, never timed."""
     ctx = mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        return dict(pool.map(_compile_one, [(kname, c) for c in cfgs], chunksize=4))
+        return dict(pool.map(_compile_one, [(kname, c, shapes) for c in cfgs], chunksize=4))
 
 
 def sweep_case(k, axes: dict[str, int], cfgs: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -136,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=10, help="timed calls per config")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--grid", help="JSON file {kernel: {grid: {param: [values]}, extra: [configs]}} "
+                                   "replacing the built-in candidates")
     a = ap.parse_args(argv)
+    specs = json.load(open(a.grid)) if a.grid else {}
     from kernels import KERNELS
     from kernels.device import device_info, versions
     from kernels.measure import copy_bandwidth
@@ -145,15 +156,17 @@ def main(argv: list[str] | None = None) -> int:
                               "copy_bandwidth_Bps": copy_bandwidth(), "kernels": {}}
     for kname in a.kernel or sorted(KERNELS):
         k = KERNELS[kname]
-        cfgs = candidates(kname, a.limit, a.seed)
+        if specs and kname not in specs:
+            continue
+        cfgs = candidates(kname, a.limit, a.seed, specs.get(kname))
+        cases = [c for c in k.cases if not a.case or c.number in a.case]
         t0 = time.time()
-        compile_errors = compile_ahead(kname, cfgs, a.workers)
+        compile_errors = compile_ahead(kname, cfgs, a.workers, [c.axes for c in cases])
         t_compile = time.time() - t0
         failed = {key: err for key, err in compile_errors.items() if err}
         cfgs = [c for c in cfgs if not compile_errors.get(json.dumps(c, sort_keys=True))]
         print(f"{kname}: {len(cfgs)} configs compiled in {t_compile:.1f}s, {len(failed)} failed",
               flush=True)
-        cases = [c for c in k.cases if not a.case or c.number in a.case]
         per_case = []
         for c in cases:
             t1 = time.time()

@@ -5,7 +5,8 @@
 
 One launch per call, deterministic: each program folds its patches into an 18-vector partial,
 then takes a ticket from a self-resetting counter; the program holding the last ticket sums the
-partials in program order. No memset, no atomics on the output, the same bits every call.
+partials in program order (`ticket2`: the same in groups of 32 programs, then over the groups).
+No memset, no atomics on the output, the same bits every call.
 """
 from __future__ import annotations
 
@@ -26,6 +27,70 @@ HEAD_DIM = 72
 HALF = 36
 QUARTER = 18
 MAX_PATCHES = 1 << 22
+GROUP = 32  # programs per first-level group of the two-level ticket
+
+
+@triton.jit
+def _load_tile(gc_ptr, gs_ptr, pos_ptr, emb_ptr, t, t_hi, P,
+               BLOCK_P: tl.constexpr, COLS: tl.constexpr):
+    """One tile's inputs and weights; tiles at or past t_hi load nothing (masked)."""
+    p0 = t * BLOCK_P
+    live = t < t_hi
+    if COLS == "quarters":
+        # [BLOCK_P, 4, 32] view: column q*18 + j, j < 18; weight pos[:, q % 2].
+        rows = p0 + tl.arange(0, BLOCK_P)[:, None, None]
+        q3 = tl.arange(0, 4)[None, :, None]
+        j3 = tl.arange(0, 32)[None, None, :]
+        rmask = (rows < P) & live
+        offs = rows * 72 + q3 * 18 + j3
+        m = rmask & (j3 < 18)
+        sel = (q3 % 2) == 0
+    elif COLS == "split64":
+        # [BLOCK_P, 64] + [BLOCK_P, 8]: no padded lanes, and both parts start at a multiple of 8
+        # floats of a 288-byte row, so every load is a full 16-byte vector.
+        rows = p0 + tl.arange(0, BLOCK_P)[:, None]
+        c2 = tl.arange(0, 64)[None, :]
+        rmask = (rows < P) & live
+        base = tl.multiple_of(rows * 72, [8, 8])
+        offs = base + c2
+        m = rmask
+        sel = ((c2 // 18) % 2) == 0
+    else:
+        # [BLOCK_P, 128] view: column c < 72; weight pos[:, (c // 18) % 2].
+        rows = p0 + tl.arange(0, BLOCK_P)[:, None]
+        c2 = tl.arange(0, 128)[None, :]
+        rmask = (rows < P) & live
+        offs = rows * 72 + c2
+        m = rmask & (c2 < 72)
+        sel = ((c2 // 18) % 2) == 0
+    pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
+    pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
+    w = tl.where(sel, pos_a, pos_b)
+    e = tl.load(emb_ptr + offs, mask=m, other=0.0)
+    gs = tl.load(gs_ptr + offs, mask=m, other=0.0)
+    gc = tl.load(gc_ptr + offs, mask=m, other=0.0)
+    if COLS == "split64":
+        # Columns 64..71 sit in the fourth quarter: weight pos[:, 1].
+        offs_t = base + 64 + tl.arange(0, 8)[None, :]
+        e_t = tl.load(emb_ptr + offs_t, mask=rmask, other=0.0)
+        gs_t = tl.load(gs_ptr + offs_t, mask=rmask, other=0.0)
+        gc_t = tl.load(gc_ptr + offs_t, mask=rmask, other=0.0)
+    else:
+        e_t = 0.0
+        gs_t = 0.0
+        gc_t = 0.0
+    return e, gs, gc, w, e_t, gs_t, gc_t, pos_b
+
+
+@triton.jit
+def _fold_tile(acc, acc_t, e, gs, gc, w, e_t, gs_t, gc_t, pos_b,
+               COLS: tl.constexpr, TRIG: tl.constexpr, ASM: tl.constexpr):
+    s, c = sincos(e, TRIG, ASM)
+    acc += (gs * c - gc * s) * w
+    if COLS == "split64":
+        s_t, c_t = sincos(e_t, TRIG, ASM)
+        acc_t += (gs_t * c_t - gc_t * s_t) * pos_b
+    return acc, acc_t
 
 
 # Shapes vary per case; specialising on them would recompile every config for every case.
@@ -34,29 +99,21 @@ def _rope_gen_bwd_kernel(
     gc_ptr, gs_ptr, pos_ptr, emb_ptr, out_ptr, ws_ptr, counter_ptr,
     P, n_tiles,
     BLOCK_P: tl.constexpr, TILES: tl.constexpr, REDUCE: tl.constexpr, COLS: tl.constexpr,
-    TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr,
+    TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr, PIPELINE: tl.constexpr,
+    GROUP: tl.constexpr,
 ):
     pid = tl.program_id(0)
     j = tl.arange(0, 32)
     if COLS == "quarters":
-        # [BLOCK_P, 4, 32] view: column q*18 + j, j < 18; weight pos[:, q % 2].
-        p3 = tl.arange(0, BLOCK_P)[:, None, None]
-        q3 = tl.arange(0, 4)[None, :, None]
-        j3 = j[None, None, :]
         acc = tl.zeros([BLOCK_P, 4, 32], dtype=tl.float32)
     elif COLS == "split64":
-        # [BLOCK_P, 64] + [BLOCK_P, 8]: no padded lanes, and both parts start at a multiple of 8
-        # floats of a 288-byte row, so every load is a full 16-byte vector.
-        p2 = tl.arange(0, BLOCK_P)[:, None]
-        c2 = tl.arange(0, 64)[None, :]
-        t2 = tl.arange(0, 8)[None, :]
         acc = tl.zeros([BLOCK_P, 64], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_P, 128], dtype=tl.float32)
+    if COLS == "split64":
         acc_t = tl.zeros([BLOCK_P, 8], dtype=tl.float32)
     else:
-        # [BLOCK_P, 128] view: column c < 72; weight pos[:, (c // 18) % 2].
-        p2 = tl.arange(0, BLOCK_P)[:, None]
-        c2 = tl.arange(0, 128)[None, :]
-        acc = tl.zeros([BLOCK_P, 128], dtype=tl.float32)
+        acc_t = 0.0
 
     if REDUCE == "single":
         t_lo = 0
@@ -64,46 +121,23 @@ def _rope_gen_bwd_kernel(
     else:
         t_lo = pid * TILES
         t_hi = tl.minimum(t_lo + TILES, n_tiles)
-    for t in range(t_lo, t_hi):
-        p0 = t * BLOCK_P
-        if COLS == "quarters":
-            rows = p0 + p3
-            rmask = rows < P
-            offs = rows * 72 + q3 * 18 + j3
-            m = rmask & (j3 < 18)
-            pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
-            pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
-            w = tl.where((q3 % 2) == 0, pos_a, pos_b)
-        elif COLS == "split64":
-            rows = p0 + p2
-            rmask = rows < P
-            base = tl.multiple_of(rows * 72, [8, 8])
-            offs = base + c2
-            m = rmask
-            offs_t = base + 64 + t2
-            pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
-            pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
-            w = tl.where(((c2 // 18) % 2) == 0, pos_a, pos_b)
-            # Columns 64..71 sit in the fourth quarter: weight pos[:, 1].
-            e_t = tl.load(emb_ptr + offs_t, mask=rmask, other=0.0)
-            gs_t = tl.load(gs_ptr + offs_t, mask=rmask, other=0.0)
-            gc_t = tl.load(gc_ptr + offs_t, mask=rmask, other=0.0)
-        else:
-            rows = p0 + p2
-            rmask = rows < P
-            offs = rows * 72 + c2
-            m = rmask & (c2 < 72)
-            pos_a = tl.load(pos_ptr + rows * 2, mask=rmask, other=0).to(tl.float32)
-            pos_b = tl.load(pos_ptr + rows * 2 + 1, mask=rmask, other=0).to(tl.float32)
-            w = tl.where(((c2 // 18) % 2) == 0, pos_a, pos_b)
-        e = tl.load(emb_ptr + offs, mask=m, other=0.0)
-        gs = tl.load(gs_ptr + offs, mask=m, other=0.0)
-        gc = tl.load(gc_ptr + offs, mask=m, other=0.0)
-        s, c = sincos(e, TRIG, ASM)
-        acc += (gs * c - gc * s) * w
-        if COLS == "split64":
-            s_t, c_t = sincos(e_t, TRIG, ASM)
-            acc_t += (gs_t * c_t - gc_t * s_t) * pos_b
+    if PIPELINE == "prefetch":
+        # The next tile's loads are issued before this tile's arithmetic: a program keeps two
+        # tiles in flight instead of paying one DRAM round trip per tile.
+        e, gs, gc, w, e_t, gs_t, gc_t, pos_b = _load_tile(
+            gc_ptr, gs_ptr, pos_ptr, emb_ptr, t_lo, t_hi, P, BLOCK_P, COLS)
+        for t in range(t_lo + 1, t_hi + 1):
+            e2, gs2, gc2, w2, e_t2, gs_t2, gc_t2, pos_b2 = _load_tile(
+                gc_ptr, gs_ptr, pos_ptr, emb_ptr, t, t_hi, P, BLOCK_P, COLS)
+            acc, acc_t = _fold_tile(acc, acc_t, e, gs, gc, w, e_t, gs_t, gc_t, pos_b,
+                                    COLS, TRIG, ASM)
+            e, gs, gc, w, e_t, gs_t, gc_t, pos_b = e2, gs2, gc2, w2, e_t2, gs_t2, gc_t2, pos_b2
+    else:
+        for t in range(t_lo, t_hi):
+            e, gs, gc, w, e_t, gs_t, gc_t, pos_b = _load_tile(
+                gc_ptr, gs_ptr, pos_ptr, emb_ptr, t, t_hi, P, BLOCK_P, COLS)
+            acc, acc_t = _fold_tile(acc, acc_t, e, gs, gc, w, e_t, gs_t, gc_t, pos_b,
+                                    COLS, TRIG, ASM)
 
     if COLS == "quarters":
         part = tl.sum(tl.sum(acc, axis=0), axis=0)
@@ -122,31 +156,64 @@ def _rope_gen_bwd_kernel(
 
     if REDUCE == "single":
         tl.store(out_ptr + j, part, mask=j < 18)
-    else:
+    elif REDUCE == "ticket":
         n_prog = tl.num_programs(0)
         tl.store(ws_ptr + pid * 32 + j, part)
         tl.debug_barrier()
         ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
         if ticket == n_prog - 1:
-            total = tl.zeros([RB, 32], dtype=tl.float32)
-            r = tl.arange(0, RB)[:, None]
-            for b in range(0, n_prog, RB):
-                rr = b + r
-                total += tl.load(ws_ptr + rr * 32 + j[None, :], mask=rr < n_prog, other=0.0,
-                                 cache_modifier=".cg")
-            tl.store(out_ptr + j, tl.sum(total, axis=0), mask=j < 18)
+            _sum_rows(ws_ptr, out_ptr, n_prog, RB)
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+    else:
+        # Two levels: the last of each GROUP programs sums its group's partials, the last group
+        # sums the group sums. Tickets on one counter serialise at the L2 (about 5 ns each on
+        # the H200), so a grid of many small programs pays for them twice over otherwise.
+        n_prog = tl.num_programs(0)
+        n_groups = tl.cdiv(n_prog, GROUP)
+        g = pid // GROUP
+        g_lo = g * GROUP
+        g_n = tl.minimum(n_prog - g_lo, GROUP)
+        tl.store(ws_ptr + pid * 32 + j, part)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(counter_ptr + 32 + g * 32, 1, sem="acq_rel", scope="gpu")
+        if ticket == g_n - 1:
+            r = tl.arange(0, GROUP)[:, None]
+            gp = tl.load(ws_ptr + (g_lo + r) * 32 + j[None, :], mask=r < g_n, other=0.0,
+                         cache_modifier=".cg")
+            tl.store(ws_ptr + (n_prog + g) * 32 + j, tl.sum(gp, axis=0))
+            tl.atomic_xchg(counter_ptr + 32 + g * 32, 0, sem="relaxed", scope="gpu")
+            tl.debug_barrier()
+            ticket2 = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+            if ticket2 == n_groups - 1:
+                _sum_rows(ws_ptr + n_prog * 32, out_ptr, n_groups, RB)
+                tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _sum_rows(src_ptr, out_ptr, n_rows, RB: tl.constexpr):
+    """Sum n_rows partials of 32 floats in row order (the same bits every call) into out[:18]."""
+    j = tl.arange(0, 32)
+    total = tl.zeros([RB, 32], dtype=tl.float32)
+    r = tl.arange(0, RB)[:, None]
+    for b in range(0, n_rows, RB):
+        rr = b + r
+        total += tl.load(src_ptr + rr * 32 + j[None, :], mask=rr < n_rows, other=0.0,
+                         cache_modifier=".cg")
+    tl.store(out_ptr + j, tl.sum(total, axis=0), mask=j < 18)
 
 
 PARAMS = (
-    Param("BLOCK_P", (8, 16, 32, 64, 128, 256), 32, "patches per tile"),
+    Param("BLOCK_P", (8, 16, 32, 64, 128, 256), 16, "patches per tile"),
     Param("TILES", (1, 2, 4, 8, 16, 32, 64), 1, "tiles each program folds before the cross-program sum",
-          requires={"REDUCE": ("ticket",)}),
-    Param("REDUCE", ("ticket", "single"), "ticket",
-          "cross-program reduction: last-arriving program sums partials in order, or one program does all"),
+          requires={"REDUCE": ("ticket", "ticket2")}),
+    Param("REDUCE", ("ticket", "ticket2", "single"), "ticket",
+          "cross-program reduction: the last-arriving program sums the partials in order, the same "
+          "in two levels (groups of 32 programs, then the groups), or one program does all"),
     Param("COLS", ("pad128", "quarters", "split64"), "quarters",
           "tiling of the 72 columns: padded to 128, four 18-column quarters padded to 32, or 64 + 8"),
     Param("TRIG", TRIG_CHOICES, "approx_rr", "sin/cos implementation"),
+    Param("PIPELINE", ("none", "prefetch"), "none",
+          "tile loop: one tile in flight, or the next tile's loads issued before this tile's arithmetic"),
     Param("num_warps", (1, 2, 4, 8, 16), 4, "warps per program"),
     Param("num_stages", (1, 2, 3, 4), 1, "software pipelining depth of the tile loop"),
 )
@@ -160,6 +227,12 @@ def _rules(cfg: Mapping[str, Any]) -> str | None:
     if per_thread > 128:
         return (f"BLOCK_P={cfg['BLOCK_P']} with num_warps={cfg['num_warps']} puts {per_thread} "
                 "accumulator values per thread (at most 128)")
+    # Prefetch keeps two tiles of three inputs live: 6 values per accumulator value. Past 48
+    # (288 loaded values per thread) ptxas spills heavily, and on the H200 one such config
+    # (quarters, 64 patches, 2 warps) computed wrong sums (run 6).
+    if cfg["PIPELINE"] == "prefetch" and per_thread > 48:
+        return (f"PIPELINE=prefetch with BLOCK_P={cfg['BLOCK_P']} and num_warps={cfg['num_warps']} "
+                f"keeps {6 * per_thread} loaded values per thread (at most 288)")
     return None
 
 
@@ -167,17 +240,21 @@ _ws_lock = threading.Lock()
 _workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _workspace(device: torch.device, n_prog: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Partials buffer and ticket counter, kept per (device, stream): the counter resets itself."""
+def _workspace(device: torch.device, rows: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partials buffer and ticket counters (one per 128-byte line), kept per (device, stream):
+    the counters reset themselves, so they are zeroed only when first made or grown."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (str(device), stream)
     with _ws_lock:
         got = _workspaces.get(key)
-        if got is None or got[0].shape[0] < n_prog:
-            cap = max(n_prog, 1024 if got is None else 2 * got[0].shape[0])
-            counter = got[1] if got is not None else torch.zeros(1, dtype=torch.int32, device=device)
-            got = (torch.empty((cap, 32), dtype=torch.float32, device=device), counter)
-            _workspaces[key] = got
+        if got is None or got[0].shape[0] < rows:
+            cap = max(rows, 1024 if got is None else 2 * got[0].shape[0])
+            ws = torch.empty((cap, 32), dtype=torch.float32, device=device)
+            got = (ws, got[1] if got is not None else torch.zeros(32, dtype=torch.int32, device=device))
+        if got[1].numel() < 32 * counters:
+            cap = max(32 * counters, 2 * got[1].numel())
+            got = (got[0], torch.zeros(cap, dtype=torch.int32, device=device))
+        _workspaces[key] = got
         return got
 
 
@@ -195,16 +272,19 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         tiles = config["TILES"]
         n_prog = triton.cdiv(n_tiles, tiles)
     grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
-    ws, counter = _workspace(emb.device, n_prog)
-    # The last program sums the partials in blocks of RB rows. Two sizes only, so that a config
-    # compiles at most twice over all shapes: one round of L2 reads up to 32 rows per thread
-    # group, then blocks of 128 per warp (four rows of registers per thread).
+    two_level = config["REDUCE"] == "ticket2"
+    n_groups = triton.cdiv(n_prog, GROUP) if two_level else 0
+    ws, counter = _workspace(emb.device, n_prog + n_groups, 1 + n_groups)
+    # The last program sums the partials (or the group sums) in blocks of RB rows. Two sizes
+    # only, so that a config compiles at most twice over all shapes: one round of L2 reads up to
+    # 32 rows per warp, then blocks of 128 per warp (four rows of registers per thread).
     nw = config["num_warps"]
-    rb = 1 if n_prog == 1 else (32 * nw if n_prog <= 32 * nw else 128 * nw)
+    n_rows = n_groups if two_level else n_prog
+    rb = 32 * nw if n_rows <= 32 * nw else 128 * nw
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
-        TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb,
+        TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb, PIPELINE=config["PIPELINE"], GROUP=GROUP,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     return (grad,)

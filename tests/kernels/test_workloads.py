@@ -31,6 +31,27 @@ def test_a_ticket_counter_resets_between_calls():
         assert res.ok, (P, res.detail)
 
 
+@pytest.mark.parametrize("cfg", [
+    {"REDUCE": "ticket2", "BLOCK_P": 8, "TILES": 1, "num_warps": 1},   # 38 programs: two groups
+    {"REDUCE": "ticket2", "BLOCK_P": 8, "TILES": 2, "COLS": "split64", "PIPELINE": "prefetch"},
+    {"REDUCE": "ticket", "BLOCK_P": 16, "TILES": 4, "COLS": "pad128", "PIPELINE": "prefetch"},
+    {"REDUCE": "single", "BLOCK_P": 32, "COLS": "split64", "PIPELINE": "prefetch"},
+])
+def test_a_reductions_and_pipelines_are_correct_and_deterministic(cfg):
+    """Every cross-program sum and tile loop matches float64, twice in a row to the bit (the
+    second call runs on counters the first one reset, the group counters included)."""
+    cfg = A.validate_config(cfg)
+    res = check_config(A, {"total_patches": 300}, cfg, seed=4)
+    assert res.ok, res.detail
+    inputs = A.make_inputs({"total_patches": 300}, seed=5)
+    assert torch.equal(A(*inputs, config=cfg), A(*inputs, config=cfg))
+
+
+def test_a_prefetch_register_rule():
+    with pytest.raises(ValueError, match="PIPELINE"):
+        A.validate_config({"PIPELINE": "prefetch", "BLOCK_P": 64, "num_warps": 2, "TILES": 2})
+
+
 def test_a_single_and_ticket_agree():
     inputs = A.make_inputs({"total_patches": 200}, seed=3)
     a = A(*inputs, config={"REDUCE": "single", "BLOCK_P": 32})

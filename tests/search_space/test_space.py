@@ -50,10 +50,11 @@ def test_space_covers_every_tunable_dimension(name):
 def test_issue_dimensions_are_present():
     a = get_space("vision_rope_generation_bwd")
     b = get_space("vision_rope3d_spatial_merge_bwd")
-    assert {"BLOCK_P", "TILES", "REDUCE", "COLS", "TRIG", "num_warps", "num_stages"} <= set(a.names)
+    assert {"BLOCK_P", "TILES", "REDUCE", "COLS", "PIPELINE", "TRIG", "num_warps",
+            "num_stages"} <= set(a.names)
     assert {"ROWS", "HEADS", "BLOCK_D", "GRID", "PROGRAMS_PER_SM", "CACHE", "TRIG",
             "num_warps", "num_stages"} <= set(b.names)
-    assert a.param("TILES").requires == {"REDUCE": ("ticket",)}
+    assert a.param("TILES").requires == {"REDUCE": ("ticket", "ticket2")}
     assert b.param("PROGRAMS_PER_SM").requires == {"GRID": ("persistent",)}
     assert a.param("BLOCK_P").choices == (8, 16, 32, 64, 128, 256)  # expanded from a pow2 range
 

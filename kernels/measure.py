@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import triton
@@ -154,11 +154,14 @@ def copy_bandwidth(device: torch.device | None = None, nbytes: int = 1 << 30, n:
 
 
 def measure_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str, Any], *,
-                   n: int = 30, seed: int = 0, device: torch.device | None = None) -> Timing:
-    """Time the kernel with one config on the benchmark's draw for this case."""
+                   n: int = 30, seed: int = 0, device: torch.device | None = None,
+                   inputs: Sequence[torch.Tensor] | None = None) -> Timing:
+    """Time the kernel with one config on the benchmark's draw for this case (`inputs`: that
+    draw, already on the device, when the caller keeps it between configs)."""
     device = device or default_device()
     cfg = kernel.validate_config(config)
-    inputs = kernel.make_inputs(axes, seed=seed, distribution="benchmark", device=device)
+    if inputs is None:
+        inputs = kernel.make_inputs(axes, seed=seed, distribution="benchmark", device=device)
     return time_call(lambda: kernel.launch(*inputs, config=cfg), n=n, device=device)
 
 

@@ -7,8 +7,14 @@ timeout or the child dies. The pipeline in the child is: validate -> compile (fi
 
 Compile-ahead: on a GPU, a pool of processes compiles upcoming configs with Triton's launches
 turned into warmups (compile, no launch); Triton's on-disk cache then makes the child's first
-launch a cache load, so the GPU never waits on the compiler. Under the interpreter there is
-nothing to compile and the pool is not started.
+launch a cache load, so the GPU never waits on the compiler. The pool starts with the child
+(its workers import torch and Triton and create their CUDA context before the first config
+arrives) and compiles on uninitialised tensors of the case's shapes. Under the interpreter there
+is nothing to compile and the pool is not started.
+
+The child keeps the current case's inputs between trials (kernels.check.InputCache): the
+benchmark draw for the first launch and the timing, the check's draws with their float64
+references. A trial that modified its inputs drops them.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import multiprocessing as mp
 import os
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -82,7 +89,7 @@ def _import_modules(modules: Sequence[str]) -> None:
         importlib.import_module(m)
 
 
-def _run_trial(req: Mapping[str, Any]) -> dict[str, Any]:
+def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
     import torch
 
     from kernels import get_kernel
@@ -94,14 +101,14 @@ def _run_trial(req: Mapping[str, Any]) -> dict[str, Any]:
     kernel = get_kernel(req["kernel"])
     axes = req["axes"]
     device = default_device()
+    seed = int(req.get("seed", 0))
     out = TrialOutcome(ok=False)
     phase = "validate"
     try:
         cfg = kernel.validate_config(req["config"])
         axes = kernel.validate_axes(axes)
         phase = "compile"
-        inputs = kernel.make_inputs(axes, seed=req.get("seed", 0), distribution="benchmark",
-                                    device=device)
+        inputs = cache.get(kernel, axes, seed, "benchmark", device).inputs
         t0 = time.perf_counter()
         kernel.launch(*inputs, config=cfg)
         if device.type == "cuda":
@@ -111,10 +118,9 @@ def _run_trial(req: Mapping[str, Any]) -> dict[str, Any]:
         out.n_regs = stats.get("n_regs")
         out.n_spills = stats.get("n_spills")
         out.shared_bytes = stats.get("shared_bytes")
-        del inputs
         phase = "check"
         t0 = time.perf_counter()
-        res = check_config(kernel, axes, cfg, device=device, seed=req.get("seed", 0) + 1)
+        res = check_config(kernel, axes, cfg, device=device, seed=seed + 1, cache=cache)
         out.check_s = time.perf_counter() - t0
         out.rel_errors = dict(res.errors)
         if not res.ok:
@@ -122,7 +128,7 @@ def _run_trial(req: Mapping[str, Any]) -> dict[str, Any]:
         phase = "measure"
         t0 = time.perf_counter()
         timing = measure_config(kernel, axes, cfg, n=int(req.get("measure_n", 30)),
-                                seed=req.get("seed", 0), device=device)
+                                seed=seed, device=device, inputs=inputs)
         out.measure_s = time.perf_counter() - t0
         out.timing = timing.as_dict()
         out.ok = True
@@ -133,6 +139,15 @@ def _run_trial(req: Mapping[str, Any]) -> dict[str, Any]:
         out.failure_kind = typed.kind.value
         out.message = f"{phase}: {typed}"
         log.debug("trial failed in %s: %s", phase, traceback.format_exc())
+    if out.failure_kind != FailureKind.CRASH.value:
+        # The next trial reuses these inputs only if this one left them as they were drawn.
+        try:
+            cache.verify()
+        except Exception as exc:  # the device no longer answers: this child must be replaced
+            cache.clear()
+            out.ok, out.timing = False, {}
+            out.failure_kind = FailureKind.CRASH.value
+            out.message = f"after {phase}: {classify(exc)}"
     return out.as_dict()
 
 
@@ -149,8 +164,10 @@ def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
 def _child_main(conn: Any, modules: Sequence[str]) -> None:
     """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU)."""
     _import_modules(modules)
+    from kernels.check import InputCache
     from kernels.device import device_info, versions
 
+    cache = InputCache()
     conn.send({"op": "ready", "pid": os.getpid(), "device": device_info(),
                "versions": versions()})
     while True:
@@ -161,7 +178,7 @@ def _child_main(conn: Any, modules: Sequence[str]) -> None:
         op = req.get("op")
         try:
             if op == "trial":
-                res = _run_trial(req)
+                res = _run_trial(req, cache)
                 conn.send(res)
                 if res.get("failure_kind") == FailureKind.CRASH.value:
                     return  # the CUDA context may be poisoned: let the parent start a fresh one
@@ -181,9 +198,19 @@ def _child_main(conn: Any, modules: Sequence[str]) -> None:
 # Compile-ahead pool side
 # ---------------------------------------------------------------------------------------------
 def _compile_init(modules: Sequence[str]) -> None:
+    """Runs once in each pool process: imports, the CUDA context, launches turned into warmups."""
     _import_modules(modules)
+    import torch
     from triton.runtime.jit import JITFunction
 
+    from kernels.device import default_device
+
+    # One compile per process at a time: torch's intra-op threads would only oversubscribe the
+    # cores the other workers and the trial child use.
+    torch.set_num_threads(1)
+    device = default_device()
+    if device.type == "cuda":
+        torch.empty(1, device=device)
     original = JITFunction.run
 
     def warmup_only(self, *args, grid, warmup, **kwargs):  # compile and cache, never launch
@@ -192,15 +219,59 @@ def _compile_init(modules: Sequence[str]) -> None:
     JITFunction.run = warmup_only
 
 
+def _warm_worker() -> int:
+    """The first task of each pool process: starting the pool submits one per worker, so every
+    process is spawned (and its initializer run) before the first config is submitted. Compiling
+    a tiny kernel (a disk-cache load after the first time) loads Triton's compiler and driver."""
+    import torch
+
+    from kernels.device import default_device
+    from kernels.measure import _ks_l2_flush
+
+    buf = torch.empty(1, dtype=torch.float32, device=default_device())
+    _ks_l2_flush[(1,)](buf, 1, 0.0, BLOCK=4096)
+    return os.getpid()
+
+
+# Per pool process: uninitialised tensors shaped like a case's inputs, for the latest two cases
+# (the one being tuned and the next one being prefetched).
+_SHAPED: "OrderedDict[str, tuple[Any, ...]]" = OrderedDict()
+_SHAPED_CASES = 2
+
+
+def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
+    """Inputs with the case's shapes, dtypes and alignment, but not its values: a compile needs
+    no more (launchers derive constexprs from shapes), and a warmup launch never reads them.
+    The shapes come from one draw on the CPU per case and process; on the CPU (interpreter)
+    that draw itself is returned, since there the launch runs for real."""
+    import torch
+
+    from kernels.device import default_device
+
+    key = json.dumps([kernel.name, dict(sorted(axes.items()))])
+    got = _SHAPED.get(key)
+    if got is not None:
+        _SHAPED.move_to_end(key)
+        return got
+    device = default_device()
+    probe = kernel.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
+    if device.type == "cuda":
+        got = tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in probe)
+    else:
+        got = tuple(probe)
+    _SHAPED[key] = got
+    while len(_SHAPED) > _SHAPED_CASES:
+        _SHAPED.popitem(last=False)
+    return got
+
+
 def _compile_one(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
     from kernels import get_kernel
-    from kernels.device import default_device
 
     kernel = get_kernel(kernel_name)
     t0 = time.perf_counter()
     cfg = kernel.validate_config(config)
-    inputs = kernel.make_inputs(axes, seed=0, distribution="benchmark", device=default_device())
-    kernel.launch(*inputs, config=cfg)
+    kernel.launch(*_shaped_inputs(kernel, axes), config=cfg)
     return time.perf_counter() - t0
 
 
@@ -214,8 +285,12 @@ class TrialRunner:
 
     `kernel_modules` are imported in every child before the first trial (a module that registers
     extra kernels, e.g. a test's). `compile_workers` sizes the compile-ahead pool on a GPU
-    (None: one per CPU core up to 16; 0: off); under the Triton interpreter it is always off.
+    (None: one per CPU core up to 16; 0: off); under the Triton interpreter it is off.
     """
+
+    # Tests set this on a subclass to exercise the compile-ahead pool under the interpreter,
+    # where "compiling" a config runs it on the CPU.
+    compile_under_interpreter = False
 
     def __init__(self, *, trial_timeout_s: float = 120.0, kernel_modules: Sequence[str] = (),
                  compile_workers: int | None = None, startup_timeout_s: float = _STARTUP_TIMEOUT_S):
@@ -247,10 +322,7 @@ class TrialRunner:
     def close(self) -> None:
         """Stop the child and the compile pool."""
         self._stop_child()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-        self._pending.clear()
+        self._drop_pool()
 
     def _stop_child(self) -> None:
         if self._conn is not None:
@@ -278,7 +350,8 @@ class TrialRunner:
         self.restarts += 1
 
     def start(self) -> None:
-        """Start the child now (otherwise the first trial starts it) and learn its device."""
+        """Start the child now (otherwise the first trial starts it) and learn its device; on a
+        GPU, also start the compile-ahead pool, whose workers then initialise in the background."""
         if self._proc is not None and self._proc.is_alive():
             return
         self._stop_child()
@@ -298,6 +371,8 @@ class TrialRunner:
         self._proc, self._conn = proc, parent
         self.device_info = hello["device"]
         self.versions = hello["versions"]
+        if self.compile_workers:
+            self._start_pool()
 
     @property
     def pid(self) -> int | None:
@@ -318,21 +393,42 @@ class TrialRunner:
     # -- compile ahead ---------------------------------------------------------------------
     @property
     def compile_workers(self) -> int:
-        if not self.on_gpu:
+        if not self.on_gpu and not self.compile_under_interpreter:
             return 0
         if self._requested_workers is not None:
             return self._requested_workers
         return max(1, min(16, (os.cpu_count() or 2) - 1))
 
+    @property
+    def compile_pool_started(self) -> bool:
+        return self._pool is not None
+
+    def _start_pool(self) -> None:
+        if self._pool is not None:
+            return
+        n = self.compile_workers
+        self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self._ctx,
+                                            initializer=_compile_init,
+                                            initargs=(self.kernel_modules,))
+        # The pool spawns a process per submitted task while none is idle: one task per worker
+        # starts them all now, not one by one as configs arrive.
+        for _ in range(n):
+            self._pool.submit(_warm_worker)
+
+    def _drop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
+        self._pending.clear()
+
     def prefetch(self, kernel: str, axes: Mapping[str, int], configs: Sequence[Mapping[str, Any]]) -> int:
         """Compile these configs in the background pool; returns how many were submitted."""
-        n = self.compile_workers
-        if n == 0:
+        if self.compile_workers == 0:
             return 0
-        if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self._ctx,
-                                                initializer=_compile_init,
-                                                initargs=(self.kernel_modules,))
+        self._start_pool()
+        # A finished compile is only "no need to wait": forgetting it costs nothing.
+        for k in [k for k, f in self._pending.items() if f.done()]:
+            del self._pending[k]
         submitted = 0
         for cfg in configs:
             k = _key(kernel, axes, cfg)
@@ -341,23 +437,23 @@ class TrialRunner:
             try:
                 self._pending[k] = self._pool.submit(_compile_one, kernel, dict(axes), dict(cfg))
             except cf.BrokenExecutor:
-                self._pool = None
-                self._pending.clear()
+                self._drop_pool()
                 return submitted
             submitted += 1
         return submitted
 
     def _wait_compiled(self, kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
         fut = self._pending.pop(_key(kernel, axes, config), None)
-        if fut is None:
+        if fut is None or fut.cancel():
+            # Not prefetched, or still queued behind other compiles: the child compiling it now,
+            # beside the busy pool, is sooner than waiting for a free worker and then the compile.
             return 0.0
         t0 = time.perf_counter()
         try:
             fut.result(timeout=self.trial_timeout_s)
         except cf.BrokenExecutor:
             # A compiler crash took the pool down: the child will meet the same failure, typed.
-            self._pool = None
-            self._pending.clear()
+            self._drop_pool()
         except Exception:  # a compile error: the child reports it as a typed failure
             pass
         return time.perf_counter() - t0

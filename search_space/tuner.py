@@ -122,15 +122,23 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
 
 def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None) -> RDBStorage:
     """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and retried."""
+    from sqlalchemy import event
     from sqlalchemy.exc import DBAPIError
 
     for attempt in range(3):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(url, heartbeat_interval=heartbeat_s,
-                                  grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
-                                  heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+                storage = RDBStorage(url, heartbeat_interval=heartbeat_s,
+                                     grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
+                                     heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+            if storage.engine.dialect.name == "sqlite" and storage.engine.url.database not in (None, "", ":memory:"):
+                # The store's own setting (db.engine): WAL without an fsync per commit. A trial
+                # commits a dozen times (params, attributes, tell); that fsync was ~12% of the
+                # tuner's per-trial bookkeeping on a SQLite file.
+                event.listen(storage.engine, "connect", _sqlite_wal_normal)
+                storage.engine.dispose()  # connections opened before the listener are dropped
+            return storage
         except DBAPIError:
             # Two workers opening a fresh database race to create Optuna's tables ("table
             # trial_heartbeats already exists"); the loser finds them made on the next try.
@@ -138,6 +146,13 @@ def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None)
                 raise
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _sqlite_wal_normal(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode = WAL")
+    cur.execute("PRAGMA synchronous = NORMAL")
+    cur.close()
 
 
 class _Heartbeat:
@@ -211,6 +226,36 @@ def warm_start_configs(store: Any, kernel: str, axes: Mapping[str, int], device:
     return out
 
 
+def default_in_space(space: SearchSpace) -> dict[str, Any] | None:
+    """The kernel's default config in the space's own form, or None when the space excludes it."""
+    try:
+        # In the space's own form: parameters the space leaves inactive are dropped.
+        default = space.config_of(space.to_params(space.kernel.default_config))
+    except InvalidConfig:
+        return None  # a default outside this space (a test space, say)
+    return default if space.violation(default) is None else None
+
+
+def prefetch_case(runner: Any, store: Any, kernel: str, axes: Mapping[str, int], device: str, *,
+                  space: SearchSpace | None = None,
+                  also: Sequence[Mapping[str, Any]] = ()) -> int:
+    """Queue a case's warm-start configs (the kernel's default, the neighbours' bests and `also`)
+    on the runner's compile-ahead pool before the case starts; returns how many were queued.
+    Only a hint: a config missing from the pool is compiled by the trial itself."""
+    if not runner.compile_workers:
+        return 0
+    space = space or get_space(kernel)
+    axes = get_kernel(kernel).validate_axes(axes)
+    configs = [dict(c) for c in also]
+    default = default_in_space(space)
+    if default is not None:
+        configs.append(default)
+    configs += [c for c, _ in warm_start_configs(store, kernel, axes, device, space)]
+    # Each is valid already (a run trial, or checked against the space): canonical, once each.
+    fresh = {space.key(c): space.canonical(c) for c in configs}
+    return runner.prefetch(kernel, axes, list(fresh.values()))
+
+
 def _state_of(t: optuna.trial.FrozenTrial) -> str | None:
     return t.user_attrs.get(A_STATE)
 
@@ -226,7 +271,8 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
               copy_bandwidth: float | None = None, write_record: bool = True,
               max_rejected: int | None = None,
               storage: optuna.storages.BaseStorage | None = None,
-              summaries: bool = True) -> CaseResult:
+              summaries: bool = True,
+              next_case: tuple[str, Mapping[str, int]] | None = None) -> CaseResult:
     """Tune one case until `n_trials` configs have been evaluated in its study (resumed trials
     count), `timeout_s` passes, `patience` evaluated trials bring no improvement, or
     `should_stop()` says so; then write or improve the case's best record.
@@ -235,8 +281,10 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
     the packaged space, `name` the study name (experiments), `reference` ("none", "eager",
     "both") measures the PyTorch reference for the record's speedups, `copy_bandwidth` (bytes/s)
     gives the roofline (measured on a GPU when not given). `storage` replaces the RDB storage
-    of `storage_url` (experiments replaying a table in memory; no heartbeats there), and
-    `summaries=False` skips the store's per-trial summaries.
+    of `storage_url` (experiments replaying a table in memory, or one storage shared by the
+    cases of a run), and `summaries=False` skips the store's per-trial summaries. `next_case`
+    (kernel, axes) is the case tuned after this one: once half of this case's budget is spent,
+    its warm-start configs go to the compile-ahead pool, so its first trials find them compiled.
     """
     t_wall = time.monotonic()
     kdef = get_kernel(kernel)
@@ -274,6 +322,8 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
                                     load_if_exists=True)
         loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
                      sampler, measure_n, seed, summaries)
+        if next_case is not None:
+            loop.near_end = lambda: _prefetch_next(loop, next_case)
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
         loop.study.set_user_attr("ks_space", space.fingerprint)
         warm = loop.warm_start() if warm_start and sampler != "grid" else 0
@@ -291,6 +341,16 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
             runner.close()
 
 
+def _prefetch_next(loop: "_Loop", next_case: tuple[str, Mapping[str, int]]) -> int:
+    """The next case's warm-start configs to the pool; of the same kernel, with this case's best
+    so far, which becomes the next case's nearest neighbour once this case writes its record."""
+    kernel, axes = next_case
+    same = kernel == loop.kernel
+    also = [loop.best[1]] if same and loop.best is not None else []
+    return prefetch_case(loop.runner, loop.store, kernel, axes, loop.device,
+                         space=loop.space if same else None, also=also)
+
+
 def _has_record(store: Any, kernel: str, axes: Mapping[str, int], device: str) -> bool:
     return any(dict(r.axes) == dict(axes) for r in store.list_records(kernel, device))
 
@@ -306,6 +366,7 @@ class _Loop:
         self.space, self.grid, self.study, self.storage = space, grid, study, storage
         self.store, self.runner, self.sampler = store, runner, sampler
         self.measure_n, self.seed, self.summaries = measure_n, seed, summaries
+        self.ahead = False  # asking ahead for the compile pool; set by run()
         self.seen: dict[str, dict[str, Any]] = {}   # config key -> stored outcome (state, value)
         self.best: tuple[float, dict[str, Any], dict[str, Any]] | None = None  # value, cfg, outcome
         self.evaluated = 0
@@ -316,6 +377,8 @@ class _Loop:
         self.phase = {"compile": 0.0, "check": 0.0, "measure": 0.0, "wait": 0.0}
         self.history: list[float | None] = []
         self.worst_ok: float | None = None
+        # Called once when half the budget is spent (tune_case's next_case look-ahead).
+        self.near_end: Callable[[], Any] | None = None
         self._load_existing()
 
     # -- state from the study --------------------------------------------------------------
@@ -359,13 +422,9 @@ class _Loop:
         # slower than what an untuned call already gets (seen on the H200: 16 TPE trials from
         # neighbours only ended 2.9x slower than the default on B's seq_len 2851).
         picks: list[tuple[dict[str, Any], Any]] = []
-        try:
-            # In the space's own form: parameters the space leaves inactive are dropped.
-            default = self.space.config_of(self.space.to_params(get_kernel(self.kernel).default_config))
-            if self.space.violation(default) is None:
-                picks.append((default, "default"))
-        except InvalidConfig:
-            pass  # a default outside this space (a test space, say): neighbours only
+        default = default_in_space(self.space)
+        if default is not None:
+            picks.append((default, "default"))
         try:
             picks += warm_start_configs(self.store, self.kernel, self.axes, self.device, self.space)
         except Exception as exc:  # a store that cannot answer leaves the study cold, not broken
@@ -396,11 +455,15 @@ class _Loop:
             should_stop: Callable[[], bool] | None, max_rejected: int | None) -> str:
         t0 = time.monotonic()
         limit_rej = max_rejected if max_rejected is not None else max(50, 10 * n_trials)
-        # Asking ahead feeds the compile pool; model-based samplers ask at most 8 ahead so they
-        # still learn from most results before proposing (TPE's constant liar spreads a batch).
+        # Asking ahead feeds the compile pool; model-based samplers keep at most 8 asked and not
+        # yet told, so they still learn from most results before proposing (TPE's constant liar
+        # spreads what is in flight). With a pool, the hand is topped up after every trial, so
+        # each config is asked (and sent to the pool) about `batch` trials before it runs: a
+        # compile takes seconds, a trial a fraction of one.
         batch = max(1, self.runner.compile_workers or 1)
         if self.sampler in ("tpe", "gp", "cmaes"):
             batch = min(batch, 8)
+        self.ahead = batch > 1
         interval = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
         hb = _Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
         pending: list[tuple[optuna.Trial, dict[str, Any]]] = []
@@ -425,8 +488,13 @@ class _Loop:
                 if self.rejected + self.cached >= limit_rej:
                     stopped = "sampler_stuck"
                     break
-                if not pending:
-                    pending = self._ask_batch(min(batch, n_trials - self.evaluated), hb)
+                if not pending or (self.ahead and len(pending) < batch):
+                    # Never more in hand than the trials still to evaluate (n >= 1 when the
+                    # hand is empty: rejected and cached answers do not count as evaluated).
+                    n = min(batch - len(pending), n_trials - self.evaluated - len(pending))
+                    if n > 0:
+                        pending += self._ask_batch(n, hb)
+                self._maybe_near_end(n_trials, timeout_s, time.monotonic() - t0)
                 trial, cfg = pending.pop(0)
                 try:
                     self._evaluate(trial, cfg, progress, n_trials)
@@ -442,6 +510,17 @@ class _Loop:
             hb.stop()
         return stopped
 
+    def _maybe_near_end(self, n_trials: int, timeout_s: float | None, elapsed: float) -> None:
+        if self.near_end is None:
+            return
+        if 2 * self.evaluated < n_trials and (timeout_s is None or 2 * elapsed < timeout_s):
+            return
+        hook, self.near_end = self.near_end, None
+        try:
+            hook()
+        except Exception as exc:  # a look-ahead hint must never fail the case being tuned
+            log.warning("prefetch of the next case after %s %s skipped: %s", self.kernel, self.axes, exc)
+
     def _ask_batch(self, n: int, hb: _Heartbeat) -> list[tuple[optuna.Trial, dict[str, Any]]]:
         out = []
         with warnings.catch_warnings():
@@ -453,7 +532,7 @@ class _Loop:
                 trial = self.study.ask()
                 hb.add(trial._trial_id)
                 out.append((trial, self._config(trial)))
-        if len(out) > 1:
+        if self.ahead:
             fresh = [c for _, c in out
                      if self.space.violation(c) is None and self.space.key(c) not in self.seen]
             self.runner.prefetch(self.kernel, self.axes, [self.space.canonical(c) for c in fresh])
@@ -603,4 +682,4 @@ def _jsonable(d: Any) -> Any:
 
 
 __all__ = ["tune_case", "study_name", "CaseResult", "TuneError", "SAMPLERS", "make_sampler",
-           "make_storage", "warm_start_configs"]
+           "make_storage", "warm_start_configs", "prefetch_case"]

@@ -29,6 +29,7 @@ Everything stops cleanly at --budget-s and writes what it has (results.json, PNG
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import contextlib
 import hashlib
 import json
@@ -44,7 +45,7 @@ from kernels.errors import InvalidConfig
 
 from .runner import TrialOutcome, TrialRunner
 from .space import SearchSpace, get_space
-from .tuner import tune_case
+from .tuner import make_storage, tune_case
 
 WITHIN = 0.03
 
@@ -410,6 +411,8 @@ def run_throughput(kernels: Sequence[str], store: Any, url: str, runner: TrialRu
     phases = {"compile": 0.0, "check": 0.0, "measure": 0.0, "compile_wait": 0.0}
     rows = []
     todo = [(k, dict(c.axes)) for k in kernels for c in get_kernel(k).cases]
+    # One Optuna storage for the run: opening one per case re-checks its schema every time.
+    storage = make_storage(url)
     for i, (kname, axes) in enumerate(todo):
         if clock.left() <= 2:
             log(f"budget spent after {i} of {len(todo)} cases")
@@ -417,7 +420,8 @@ def run_throughput(kernels: Sequence[str], store: Any, url: str, runner: TrialRu
         share = clock.left() / (len(todo) - i)
         r = tune_case(kname, axes, store=store, storage_url=url, n_trials=n_trials, sampler="tpe",
                       runner=runner, seed=0, measure_n=measure_n, warm_start=True,
-                      name=f"eff{tag}/throughput/{kname}/{_label(axes)}", timeout_s=max(1.0, share))
+                      name=f"eff{tag}/throughput/{kname}/{_label(axes)}", timeout_s=max(1.0, share),
+                      storage=storage, next_case=todo[i + 1] if i + 1 < len(todo) else None)
         phases["compile"] += r.compile_s
         phases["check"] += r.check_s
         phases["measure"] += r.measure_s
@@ -567,8 +571,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                  seeds=a.seeds, measure_n=a.measure_n,
                                                  replay_fraction=a.replay_fraction, tag=tag, log=log)
             return 0
-        with TrialRunner(trial_timeout_s=a.trial_timeout, compile_workers=a.compile_workers) as runner:
+        with TrialRunner(trial_timeout_s=a.trial_timeout, compile_workers=a.compile_workers) as runner, \
+                cf.ThreadPoolExecutor(1) as bg:
+            # Each space's grid (seconds of constraint checks for B) is enumerated while the
+            # runner's child and compile pool start, not on the first tuned case's clock.
+            todo = kernels if a.mode in ("throughput", "both") else []
+            grids = bg.submit(lambda: [get_space(k).grid() for k in todo])
             runner.start()
+            grids.result()
             doc["device"], doc["versions"] = runner.device_info, runner.versions
             log(f"device {runner.device_name}, compile workers {runner.compile_workers}")
             with _results(doc, a.out, clock, log):

@@ -180,7 +180,8 @@ class Worker:
                     n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining,
                     runner=self.runner, job_id=job.id, progress=progress,
                     should_stop=should_stop, measure_n=self.settings.measure_n,
-                    reference=self._reference())
+                    reference=self._reference(),
+                    next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
             except StoreUnavailable:
                 raise
             except Exception as exc:

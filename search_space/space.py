@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import optuna
 
@@ -80,13 +80,14 @@ class SearchSpace:
 
     def __init__(self, kernel: KernelDef, params: tuple[SpaceParam, ...],
                  constraints: tuple[Constraint, ...] = (), reduced: Mapping[str, list] | None = None,
-                 description: str = ""):
+                 description: str = "", seeds: Sequence[Mapping[str, Any]] = ()):
         self.kernel = kernel
         self.params = params
         self.constraints = constraints
         self.reduced_choices = dict(reduced or {})
         self.description = description
         self._validate()
+        self.seeds = self._seeds(seeds)
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -117,7 +118,23 @@ class SearchSpace:
             except ExprError as exc:
                 raise SpaceError(f"space {kernel.name}: constraint #{i}: {exc}") from None
         return cls(kernel, tuple(params), tuple(constraints), doc.get("reduced"),
-                   str(doc.get("description", "")))
+                   str(doc.get("description", "")), doc.get("seed", ()))
+
+    def _seeds(self, seeds: Sequence[Mapping[str, Any]]) -> tuple[tuple[dict[str, Any], str], ...]:
+        """The file's [[seed]] configs (partial: the rest is the kernel's default) in the space's
+        own form, each with its note. A seed the space cannot propose is an error at load."""
+        out = []
+        for i, raw in enumerate(seeds):
+            vals = {k: v for k, v in raw.items() if k != "note"}
+            try:
+                cfg = self.config_of(self.to_params(self.kernel.validate_config(vals)))
+            except InvalidConfig as exc:
+                raise SpaceError(f"space {self.kernel.name}: seed #{i}: {exc}") from None
+            why = self.violation(cfg)
+            if why is not None:
+                raise SpaceError(f"space {self.kernel.name}: seed #{i}: {why}")
+            out.append((cfg, str(raw.get("note", f"seed #{i}"))))
+        return tuple(out)
 
     def _validate(self) -> None:
         k = self.kernel
@@ -303,7 +320,16 @@ class SearchSpace:
         unknown = set(choices) - set(self.names)
         if unknown:
             raise SpaceError(f"restrict: unknown parameter(s) {', '.join(sorted(unknown))}")
-        return SearchSpace(self.kernel, tuple(params), self.constraints, None, self.description)
+        sub = SearchSpace(self.kernel, tuple(params), self.constraints, None, self.description)
+        # Seeds the smaller space can still propose stay; the others fall away.
+        sub.seeds = tuple((c, n) for c, n in self.seeds if sub._proposes(c))
+        return sub
+
+    def _proposes(self, config: Mapping[str, Any]) -> bool:
+        try:
+            return self.violation(self.config_of(self.to_params(config))) is None
+        except (InvalidConfig, SpaceError, ValueError, KeyError):
+            return False
 
     def reduced(self) -> "SearchSpace":
         """The space file's [reduced] subset, meant for the exhaustive-grid experiment."""

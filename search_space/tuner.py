@@ -250,6 +250,7 @@ def prefetch_case(runner: Any, store: Any, kernel: str, axes: Mapping[str, int],
     default = default_in_space(space)
     if default is not None:
         configs.append(default)
+    configs += [c for c, _ in space.seeds]
     configs += [c for c, _ in warm_start_configs(store, kernel, axes, device, space)]
     # Each is valid already (a run trial, or checked against the space): canonical, once each.
     fresh = {space.key(c): space.canonical(c) for c in configs}
@@ -425,6 +426,9 @@ class _Loop:
         default = default_in_space(self.space)
         if default is not None:
             picks.append((default, "default"))
+        # Then the space file's seeds: configs that won some suite case in a sweep, the way
+        # triton.autotune is given a short list, so that TPE starts from every known good region.
+        picks += [(cfg, f"seed: {note}") for cfg, note in self.space.seeds]
         try:
             picks += warm_start_configs(self.store, self.kernel, self.axes, self.device, self.space)
         except Exception as exc:  # a store that cannot answer leaves the study cold, not broken

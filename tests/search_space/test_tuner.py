@@ -13,6 +13,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+import ks_fake_kernels
+from search_space.space import SearchSpace, SpaceError
 from search_space.tuner import SAMPLERS, TuneError, study_name, tune_case
 
 from conftest import FAKE, HERE, fake_space
@@ -200,3 +202,40 @@ def test_tune_and_resume_on_each_database(store, db_url, runner):
     assert first.n_run_now == 2 and second.n_run_now == 2
     assert second.n_complete + second.n_failed == 4 and second.n_complete == 2
     assert len(store.trial_summaries(FAKE, second.device, {"n": 16})) == 4
+
+
+def test_seeds_are_enqueued_after_the_default(ss_store, runner):
+    """The space file's seeds run right after the kernel's default, in file order."""
+    store, url = ss_store
+    space = SearchSpace.from_dict({
+        "kernel": FAKE,
+        "param": [{"name": "MODE", "choices": ["ok"]},
+                  {"name": "BLOCK", "choices": [16, 32, 64], "ordinal": True}],
+        "seed": [{"note": "wide", "BLOCK": 64}, {"BLOCK": 16}],
+    }, ks_fake_kernels.KERNEL)
+    res = tune_case(FAKE, {"n": 40}, store=store, storage_url=url, n_trials=3, sampler="tpe",
+                    runner=runner, seed=3, measure_n=2, space=space)
+    evaluated = sorted(_evaluated(url, res.study_name), key=lambda t: t.number)
+    froms = [t.user_attrs.get("ks_warm_start_from") for t in evaluated]
+    assert froms == ["default", "seed: wide", "seed: seed #1"]
+    assert [t.user_attrs["ks_config"]["BLOCK"] for t in evaluated] == [32, 64, 16]
+    assert res.warm_started == 3
+
+
+def test_a_seed_outside_the_space_is_refused_at_load():
+    with pytest.raises(SpaceError, match="seed #0"):
+        SearchSpace.from_dict({
+            "kernel": FAKE,
+            "param": [{"name": "MODE", "choices": ["ok"]},
+                      {"name": "BLOCK", "choices": [16, 32], "ordinal": True}],
+            "seed": [{"BLOCK": 64}],
+        }, ks_fake_kernels.KERNEL)
+
+
+def test_shipped_seeds_are_valid_and_survive_only_matching_restrictions():
+    from search_space.space import get_space
+
+    a = get_space("vision_rope_generation_bwd")
+    assert len(a.seeds) >= 3
+    sub = a.restrict({"COLS": ["quarters"]})
+    assert sub.seeds and all(c["COLS"] == "quarters" for c, _ in sub.seeds)

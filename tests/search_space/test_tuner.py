@@ -11,6 +11,7 @@ import time
 
 import optuna
 import pytest
+import torch
 from optuna.trial import TrialState
 
 import ks_fake_kernels
@@ -45,7 +46,10 @@ def test_every_sampler_tunes_and_writes_a_record(ss_store, runner, sampler):
     assert res.improved and res.record_id is not None
     (rec,) = store.list_records(FAKE, res.device)
     assert rec.config == res.best_config and rec.latency_median_us == res.best_latency_us
-    assert rec.timing_method == "interpreter-wallclock" and rec.roofline_pct is None
+    if torch.cuda.is_available():
+        assert rec.timing_method == "cupti"
+    else:
+        assert rec.timing_method == "interpreter-wallclock" and rec.roofline_pct is None
     assert rec.work == 8 * 24 and rec.n_trials == 3
 
 

@@ -12,6 +12,12 @@ launch a cache load, so the GPU never waits on the compiler. The pool starts wit
 arrives) and compiles on uninitialised tensors of the case's shapes. Under the interpreter there
 is nothing to compile and the pool is not started.
 
+A trial never pays for the pool's start: while the pool warms up (seconds to tens of seconds for
+15 workers on a busy host), a config the pool has not compiled yet is compiled by the child
+instead of waited for, and the trial's timeout clock does not run (the warming workers compete
+with the child for the CPU). The child itself initialises (CUDA context, Triton's driver, one
+tiny kernel) before it reports ready, so the first trial's timeout is not spent on that either.
+
 The child keeps the current case's inputs between trials (kernels.check.InputCache): the
 benchmark draw for the first launch and the timing, the check's draws with their float64
 references. A trial that modified its inputs drops them.
@@ -161,12 +167,32 @@ def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
     return t.as_dict()
 
 
+def _warm_child() -> None:
+    """Creates the CUDA context and loads Triton's driver and compiler with one tiny launch, so
+    the first trial's timeout is spent on its config. A failure here is left to the trials,
+    which report it typed."""
+    try:
+        import torch
+
+        from kernels.device import default_device
+        from kernels.measure import _ks_l2_flush
+
+        device = default_device()
+        buf = torch.empty(1, dtype=torch.float32, device=device)
+        _ks_l2_flush[(1,)](buf, 1, 0.0, BLOCK=4096, num_warps=8)  # as measure._flush launches it
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:
+        log.warning("trial runner warm-up failed: %s", exc)
+
+
 def _child_main(conn: Any, modules: Sequence[str]) -> None:
     """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU)."""
     _import_modules(modules)
     from kernels.check import InputCache
     from kernels.device import device_info, versions
 
+    _warm_child()
     cache = InputCache()
     conn.send({"op": "ready", "pid": os.getpid(), "device": device_info(),
                "versions": versions()})
@@ -310,6 +336,8 @@ class TrialRunner:
         self._requested_workers = compile_workers
         self._pool: cf.ProcessPoolExecutor | None = None
         self._pending: dict[str, cf.Future] = {}
+        # One warm-up task per pool process; the pool is warm once all are done.
+        self._warming: list[cf.Future] = []
         self._bandwidth: float | None | bool = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -412,14 +440,28 @@ class TrialRunner:
                                             initargs=(self.kernel_modules,))
         # The pool spawns a process per submitted task while none is idle: one task per worker
         # starts them all now, not one by one as configs arrive.
-        for _ in range(n):
-            self._pool.submit(_warm_worker)
+        self._warming = [self._pool.submit(_warm_worker) for _ in range(n)]
+
+    def _pool_warming(self) -> bool:
+        """True while a process of the pool is still starting (imports, CUDA context, compiler)."""
+        if self._pool is None:
+            return False
+        if self._warming and all(f.done() for f in self._warming):
+            self._warming = []
+        return bool(self._warming)
 
     def _drop_pool(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            # A compile is only a hint: a worker stuck in one (a hanging compiler) must not
+            # outlive the runner, nor hold up this interpreter's exit, which joins the pool.
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
         self._pending.clear()
+        self._warming = []
 
     def prefetch(self, kernel: str, axes: Mapping[str, int], configs: Sequence[Mapping[str, Any]]) -> int:
         """Compile these configs in the background pool; returns how many were submitted."""
@@ -448,6 +490,12 @@ class TrialRunner:
             # Not prefetched, or still queued behind other compiles: the child compiling it now,
             # beside the busy pool, is sooner than waiting for a free worker and then the compile.
             return 0.0
+        if not fut.done() and self._pool_warming():
+            # "Running" only means handed to the pool's call queue (the executor marks up to
+            # max_workers + 1 tasks so, and cancel() then refuses): behind the warm-ups, no
+            # worker has started it. Waiting would spend up to trial_timeout_s on the pool's
+            # start; the child compiles it (a later pool compile only rewrites the cache entry).
+            return 0.0
         t0 = time.perf_counter()
         try:
             fut.result(timeout=self.trial_timeout_s)
@@ -475,7 +523,7 @@ class TrialRunner:
             self._kill_child()
             self.start()
             self._conn.send(req)
-        if not self._conn.poll(limit):
+        if not self._answered_within(limit):
             self._kill_child()
             return TrialOutcome.failure(FailureKind.TIMEOUT,
                                         f"trial exceeded {limit:g} s; runner process killed",
@@ -496,6 +544,19 @@ class TrialRunner:
         if out.failure_kind == FailureKind.CRASH.value:
             self._kill_child()
         return out
+
+    def _answered_within(self, limit: float) -> bool:
+        """Waits for the child's answer; True when it came within `limit` s of trial time. The
+        clock stops while this runner's pool warms up (its workers compete with the child for
+        the CPU), for at most startup_timeout_s: a trial never times out because the pool is
+        starting."""
+        t0 = time.monotonic()
+        deadline = t0 + limit
+        while self._pool_warming() and time.monotonic() - t0 < self.startup_timeout_s:
+            if self._conn.poll(0.05):
+                return True
+            deadline = time.monotonic() + limit
+        return self._conn.poll(max(0.0, deadline - time.monotonic()))
 
     def _request(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self.start()

@@ -41,9 +41,17 @@ def ss_store(sqlite_url: str) -> Iterator[tuple[object, str]]:
         s.close()
 
 
+# Compile-pool size of the tests' runners. The default (a worker per core but one) is 0 under the
+# interpreter but 15 per runner on the 16-core GPU host, where pytest-xdist runs several runners
+# at once (a module's, the crash test's, the killed tuner's): 60+ processes importing torch and
+# creating CUDA contexts on 16 cores. Two workers still exercise the pool there.
+TEST_COMPILE_WORKERS = 2
+
+
 @pytest.fixture(scope="module")
 def runner() -> Iterator[TrialRunner]:
-    r = TrialRunner(trial_timeout_s=20.0, kernel_modules=["ks_fake_kernels"])
+    r = TrialRunner(trial_timeout_s=20.0, kernel_modules=["ks_fake_kernels"],
+                    compile_workers=TEST_COMPILE_WORKERS)
     try:
         yield r
     finally:

@@ -16,6 +16,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+import ks_fake_kernels
 import ks_probe_kernels as probe
 from kernels.check import InputCache, check_config
 from search_space import runner as runner_mod
@@ -142,6 +143,32 @@ def test_the_pool_starts_with_the_runner_and_compiles_what_is_prefetched(probe_l
         assert all(o.ok for o in outs)
         # One draw per pool process for the case's shapes, not one per config.
         assert sum(1 for _, name, _ in pool if name == "make_inputs") <= 2
+
+
+def test_a_trial_neither_waits_for_nor_is_timed_during_the_pools_start(monkeypatch):
+    """On the H200 the first trial of a fresh runner failed: its config, handed to the pool's call
+    queue behind the warm-ups (uncancellable), was waited for while 15 workers started, then
+    the trial ran beside them on its own clock. Here the pool takes 6 s to start."""
+    monkeypatch.setenv(ks_fake_kernels.SLOW_POOL_ENV, "6")
+    with _CpuPoolRunner(trial_timeout_s=0.5, kernel_modules=["ks_fake_kernels"],
+                        compile_workers=1) as r:
+        r.start()
+        ok, slow = {"MODE": "ok", "BLOCK": 16}, {"MODE": "slow", "BLOCK": 16}
+        assert r.prefetch(FAKE, {"n": 8}, [ok, slow]) == 2
+        first = r.run(FAKE, {"n": 8}, ok, measure_n=2)
+        assert first.ok and first.compile_wait_s == 0.0, first
+        # A config that sleeps 1 s is over the 0.5 s limit, but the clock stops while the pool
+        # starts: it is not a timeout.
+        assert r._pool_warming()
+        out = r.run(FAKE, {"n": 8}, slow, measure_n=2)
+        assert out.ok and out.compile_wait_s == 0.0, out
+        deadline = time.monotonic() + 120
+        while r._pool_warming():
+            assert time.monotonic() < deadline, "the pool never finished starting"
+            time.sleep(0.1)
+        # Once the pool is up, the same sleep is a timeout again.
+        late = r.run(FAKE, {"n": 8}, {"MODE": "slow", "BLOCK": 32}, measure_n=2)
+        assert late.failure_kind == "timeout", late
 
 
 def test_a_crash_in_the_pool_restarts_it_and_the_trial_is_typed(probe_log):

@@ -18,13 +18,21 @@ import ks_fake_kernels
 from search_space.space import SearchSpace, SpaceError
 from search_space.tuner import SAMPLERS, TuneError, study_name, tune_case
 
-from conftest import FAKE, HERE, fake_space
+from conftest import FAKE, HERE, TEST_COMPILE_WORKERS, fake_space
 
 
 def _evaluated(url, name):
     study = optuna.load_study(study_name=name, storage=url)
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.user_attrs.get("ks_evaluated")]
+
+
+def _outcomes(store, res) -> list[str]:
+    """Each run trial of the case as "config: failure kind (message)", for assertion messages:
+    a log from the GPU host then says why a trial failed, not only that it did."""
+    rows = store.trial_summaries(FAKE, res.device, res.axes)
+    return [f"{r['config']}: {r['failure_kind'] or 'ok'}"
+            + (f" ({(r['message'] or '')[:300]})" if r["failure_kind"] else "") for r in rows]
 
 
 def test_study_name_is_stable_and_keyed():
@@ -41,7 +49,7 @@ def test_every_sampler_tunes_and_writes_a_record(ss_store, runner, sampler):
     res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=3, sampler=sampler,
                     runner=runner, seed=0, measure_n=2, space=space)
     assert res.n_complete == 3 and res.n_failed == 0 and res.stopped_because in (
-        "n_trials", "space_exhausted")
+        "n_trials", "space_exhausted"), _outcomes(store, res)
     assert res.best_config["MODE"] == "ok" and res.best_latency_us > 0
     assert res.improved and res.record_id is not None
     (rec,) = store.list_records(FAKE, res.device)
@@ -59,7 +67,7 @@ def test_failures_are_typed_remembered_and_never_rerun(ss_store, runner):
     res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=6, sampler="random",
                     runner=runner, seed=3, measure_n=2, space=space)
     # Six distinct configs, each run exactly once, however often random proposed it.
-    assert res.n_run_now == 6 and res.n_complete == 2 and res.n_failed == 4
+    assert res.n_run_now == 6 and res.n_complete == 2 and res.n_failed == 4, _outcomes(store, res)
     assert res.best_config["MODE"] == "ok"
     rows = store.trial_summaries(FAKE, res.device, {"n": 24})
     assert len(rows) == 6
@@ -82,7 +90,8 @@ def test_a_wrong_config_is_never_a_record(ss_store, runner):
     store, url = ss_store
     res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=2, sampler="grid",
                     runner=runner, seed=0, measure_n=2, space=fake_space(modes=("wrong",)))
-    assert res.best_config is None and res.n_failed == 2 and res.record_id is None
+    assert res.best_config is None and res.n_failed == 2 and res.record_id is None, \
+        _outcomes(store, res)
     assert store.list_records(FAKE) == []
 
 
@@ -90,11 +99,13 @@ def test_crash_and_timeout_are_failed_trials(ss_store):
     from search_space.runner import TrialRunner
 
     store, url = ss_store
-    with TrialRunner(trial_timeout_s=3.0, kernel_modules=["ks_fake_kernels"]) as r:
+    with TrialRunner(trial_timeout_s=3.0, kernel_modules=["ks_fake_kernels"],
+                     compile_workers=TEST_COMPILE_WORKERS) as r:
         res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, n_trials=3, sampler="grid",
                         runner=r, seed=0, measure_n=2,
                         space=fake_space(modes=("crash", "hang", "ok"), blocks=(16,)))
-    assert res.n_failed == 2 and res.n_complete == 1 and res.best_config["MODE"] == "ok"
+    assert res.n_failed == 2 and res.n_complete == 1, _outcomes(store, res)
+    assert res.best_config["MODE"] == "ok"
     kinds = {r["config"]["MODE"]: r["failure_kind"]
              for r in store.trial_summaries(FAKE, res.device, {"n": 8})}
     assert kinds == {"crash": "crash", "hang": "timeout", "ok": None}
@@ -145,12 +156,13 @@ def test_warm_start_enqueues_the_nearest_cases_best(ss_store, runner):
 _KILLED_TUNER = """
 import sys
 sys.path.insert(0, {here!r})
-from conftest import FAKE, fake_space
+from conftest import FAKE, TEST_COMPILE_WORKERS, fake_space
 from db.store import Store
 from search_space.runner import TrialRunner
 from search_space.tuner import tune_case
 if __name__ == "__main__":
-    with TrialRunner(trial_timeout_s=30, kernel_modules=["ks_fake_kernels"]) as r:
+    with TrialRunner(trial_timeout_s=30, kernel_modules=["ks_fake_kernels"],
+                     compile_workers=TEST_COMPILE_WORKERS) as r:
         tune_case(FAKE, {{"n": 8}}, store=Store({url!r}), storage_url={url!r}, n_trials=4,
                   sampler="grid", runner=r, seed=0, measure_n=2, heartbeat_s=1,
                   space=fake_space(modes=("ok", "slow"), blocks=(16, 32)))
@@ -163,7 +175,9 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
     script = tmp_path / "tuner.py"
     script.write_text(_KILLED_TUNER.format(here=str(HERE), url=url))
     proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
-    name = study_name(FAKE, {"n": 8}, "cpu (triton interpreter)")
+    # The subprocess tunes on this host's device: "NVIDIA H200" on the GPU, not the interpreter's
+    # label (a study looked up under that name never appeared there).
+    name = study_name(FAKE, {"n": 8}, runner.device_name)
     deadline = time.monotonic() + 120
     running = None
     try:
@@ -178,9 +192,18 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
                 if "ks_config" in t.user_attrs and len(done) >= 1:
                     running = t
     finally:
+        exited = proc.poll()
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert running is not None, "the tuner never reached a second trial"
+    if running is None:
+        studies = optuna.get_all_study_names(url)
+        seen: object = f"no study {name!r} among {studies}"
+        if name in studies:
+            seen = [(t.number, t.state.name, t.user_attrs.get("ks_config"),
+                     t.user_attrs.get("ks_failure_kind"), (t.user_attrs.get("ks_message") or "")[:300])
+                    for t in optuna.load_study(study_name=name, storage=url).trials]
+        pytest.fail(f"the tuner never reached a second trial (exit code {exited}); "
+                    f"its trials: {seen}")
     before = _evaluated(url, name)
     time.sleep(3.5)  # past the grace period (3 heartbeats of 1 s)
     res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, n_trials=4, sampler="grid",
@@ -204,7 +227,8 @@ def test_tune_and_resume_on_each_database(store, db_url, runner):
     second = tune_case(FAKE, {"n": 16}, store=store, storage_url=db_url, n_trials=4,
                        sampler="tpe", runner=runner, seed=0, measure_n=2, space=space)
     assert first.n_run_now == 2 and second.n_run_now == 2
-    assert second.n_complete + second.n_failed == 4 and second.n_complete == 2
+    assert second.n_complete + second.n_failed == 4 and second.n_complete == 2, \
+        _outcomes(store, second)
     assert len(store.trial_summaries(FAKE, second.device, {"n": 16})) == 4
 
 

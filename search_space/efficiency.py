@@ -45,7 +45,7 @@ from kernels.errors import InvalidConfig
 
 from .runner import TrialOutcome, TrialRunner
 from .space import SearchSpace, get_space
-from .tuner import make_storage, prefetch_case, tune_case
+from .tuner import make_storage, tune_case
 
 WITHIN = 0.03
 
@@ -413,15 +413,6 @@ def run_throughput(kernels: Sequence[str], store: Any, url: str, runner: TrialRu
     todo = [(k, dict(c.axes)) for k in kernels for c in get_kernel(k).cases]
     # One Optuna storage for the run: opening one per case re-checks its schema every time.
     storage = make_storage(url)
-    # Every kernel's first two cases' default and seeds go to the compile pool now, while the
-    # first kernel's cases run: a kernel's first cases otherwise wait for all of its fresh configs
-    # (run 8: 29 s of 42 s of compile wait in A's first two cases).
-    for kname in kernels:
-        for c in get_kernel(kname).cases[:2]:
-            try:
-                prefetch_case(runner, store, kname, dict(c.axes), runner.device_name)
-            except Exception as exc:  # a hint only: the trials compile what is missing
-                log(f"prefetch of {kname} {_label(dict(c.axes))} skipped: {exc}")
     for i, (kname, axes) in enumerate(todo):
         if clock.left() <= 2:
             log(f"budget spent after {i} of {len(todo)} cases")

@@ -9,6 +9,9 @@ import triton
 import triton.language as tl
 
 TRIG_CHOICES = ("precise", "approx", "approx_rr")
+# `approx` is checked on the angles of the case a record was tuned for, not on larger ones: a
+# record served to another shape runs with the range reduction (KernelDef.off_case).
+OFF_CASE = {"TRIG": {"approx": "approx_rr"}}
 
 _INV_2PI = 0.15915494309189535
 _2PI_HI = 6.28125

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ._trig import OFF_CASE
 from .errors import InvalidConfig
 
 Tensors = tuple[torch.Tensor, ...]
@@ -89,6 +90,9 @@ class KernelDef:
     rules: Callable[[Mapping[str, Any]], str | None] = lambda cfg: None
     # Extra axes a user may give that do not key the case (e.g. num_images for workload A).
     extra_axes: tuple[str, ...] = ()
+    # Choices whose correctness was checked only on the case a record was tuned for (a fast
+    # sin/cos accurate over that case's angles), with what replaces them on any other shape.
+    off_case: Mapping[str, Mapping[Any, Any]] = field(default_factory=lambda: dict(OFF_CASE))
     # The Triton handle of the latest launch in this process (registers, spills, shared memory).
     last_compiled: Any = field(default=None, repr=False)
 
@@ -137,6 +141,14 @@ class KernelDef:
             except InvalidConfig:
                 pass  # a record from another version of the kernel: fall back
         return self.default_config
+
+    def for_other_shape(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A record's config made safe for a shape it was not checked on (`off_case`)."""
+        out = dict(config)
+        for name, swap in self.off_case.items():
+            if name in out and out[name] in swap:
+                out[name] = swap[out[name]]
+        return out
 
     # -- configs ---------------------------------------------------------------------------
     @property

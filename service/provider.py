@@ -40,8 +40,9 @@ class StoreProvider:
             return None
         if found is None:
             return None
-        record, _match = found
-        return dict(record.config)
+        record, match = found
+        config = dict(record.config)
+        return config if match == "exact" else get_kernel(kernel).for_other_shape(config)
 
 
 class ServiceProvider:
@@ -86,6 +87,7 @@ class ServiceProvider:
     def _ask(self, kernel: str, axes: dict[str, int], device: str) -> dict[str, Any]:
         got = self.client.best(kernel, device, **axes)
         config = dict(got["config"])
+        answer = config if got.get("match", "exact") == "exact" else get_kernel(kernel).for_other_shape(config)
         key = (kernel, device)
         with self._lock:
             recovered, self._degraded = self._degraded, False
@@ -99,7 +101,7 @@ class ServiceProvider:
             kprovider.clear_cache()
         if first:
             self._learn(kernel, device)
-        return config
+        return answer
 
     def _learn(self, kernel: str, device: str) -> None:
         """Remember every record of this kernel and device, so a later outage still has neighbours."""
@@ -127,7 +129,7 @@ class ServiceProvider:
             target = _work(kernel, axes)
             _, config = min(known.values(),
                             key=lambda wc: abs(math.log(max(wc[0], 1)) - math.log(max(target, 1))))
-            return dict(config)
+            return get_kernel(kernel).for_other_shape(config)
         if self.fallback is not None:
             try:
                 return self.fallback.best_config(kernel, axes, device)

@@ -101,6 +101,25 @@ def test_store_provider(sqlite_store: Store) -> None:
     assert broken.best_config(KB, {"seq_len": 64}, H200) is None
 
 
+def test_a_fast_sin_cos_is_kept_only_for_the_case_it_was_checked_on(sqlite_store: Store) -> None:
+    """`approx` passed the check on its record's own angles; another shape gets range reduction,
+    from the store, from the service and from what the service taught while it is down."""
+    fast = {"ROWS": 1, "TRIG": "approx"}
+    sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=fast))
+    local = StoreProvider(sqlite_store)
+    assert local.best_config(KB, {"seq_len": 256}, H200) == fast
+    assert local.best_config(KB, {"seq_len": 3000}, H200) == {"ROWS": 1, "TRIG": "approx_rr"}
+    app = create_app(settings_for(sqlite_store.url), store=sqlite_store)
+    with LiveServer(app) as s:
+        remote = ServiceProvider(s.url, timeout=2)
+        assert remote.best_config(KB, {"seq_len": 256}, H200) == fast
+        assert remote.best_config(KB, {"seq_len": 3000}, H200)["TRIG"] == "approx_rr"
+        s.stop()
+        assert remote.best_config(KB, {"seq_len": 256}, H200) == fast
+        assert remote.best_config(KB, {"seq_len": 2000}, H200)["TRIG"] == "approx_rr"
+        remote.close()
+
+
 def _kernel_b_inputs(seq_len: int) -> tuple[torch.Tensor, ...]:
     return kernels.get_kernel(KB).make_inputs({"seq_len": seq_len}, seed=0, device="cpu")
 

@@ -76,12 +76,9 @@ def _compile_one(args: tuple[str, dict[str, Any], list[dict[str, int]]]) -> tupl
     key = json.dumps(cfg, sort_keys=True)
     try:
         for axes in shapes:
-            # Uninitialised tensors of the case's shapes: a compile needs shapes, not values.
             skey = json.dumps([kname, axes], sort_keys=True)
             if skey not in _shape_inputs:
-                like = k.make_inputs(axes, seed=0, device="meta")
-                _shape_inputs[skey] = tuple(torch.empty(t.shape, dtype=t.dtype, device="cuda")
-                                            for t in like)
+                _shape_inputs[skey] = k.empty_inputs(axes, "cuda")
             k.launch(*_shape_inputs[skey], config=cfg)
         torch.cuda.synchronize()
         return key, None

@@ -142,6 +142,12 @@ class KernelDef:
                 pass  # a record from another version of the kernel: fall back
         return self.default_config
 
+    def empty_inputs(self, axes: Mapping[str, int], device: torch.device | str) -> Tensors:
+        """Uninitialised inputs with the case's shapes and dtypes: a compile needs no more
+        (launchers derive their constexprs from shapes), and a warmup launch never reads them."""
+        probe = self.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
+        return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in probe)
+
     def for_other_shape(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """A record's config made safe for a shape it was not checked on (`off_case`)."""
         out = dict(config)

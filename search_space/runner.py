@@ -167,21 +167,26 @@ def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
     return t.as_dict()
 
 
+def _tiny_launch() -> None:
+    """One launch of the flush kernel on one element, as measure._flush launches it: creates the
+    CUDA context and loads Triton's driver and compiler (a disk-cache load after the first time)."""
+    import torch
+
+    from kernels.device import default_device
+    from kernels.measure import _ks_l2_flush
+
+    device = default_device()
+    buf = torch.empty(1, dtype=torch.float32, device=device)
+    _ks_l2_flush[(1,)](buf, 1, 0.0, BLOCK=4096, num_warps=8)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _warm_child() -> None:
-    """Creates the CUDA context and loads Triton's driver and compiler with one tiny launch, so
-    the first trial's timeout is spent on its config. A failure here is left to the trials,
-    which report it typed."""
+    """So that the first trial's timeout is spent on its config. A failure here is left to the
+    trials, which report it typed."""
     try:
-        import torch
-
-        from kernels.device import default_device
-        from kernels.measure import _ks_l2_flush
-
-        device = default_device()
-        buf = torch.empty(1, dtype=torch.float32, device=device)
-        _ks_l2_flush[(1,)](buf, 1, 0.0, BLOCK=4096, num_warps=8)  # as measure._flush launches it
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        _tiny_launch()
     except Exception as exc:
         log.warning("trial runner warm-up failed: %s", exc)
 
@@ -247,15 +252,8 @@ def _compile_init(modules: Sequence[str]) -> None:
 
 def _warm_worker() -> int:
     """The first task of each pool process: starting the pool submits one per worker, so every
-    process is spawned (and its initializer run) before the first config is submitted. Compiling
-    a tiny kernel (a disk-cache load after the first time) loads Triton's compiler and driver."""
-    import torch
-
-    from kernels.device import default_device
-    from kernels.measure import _ks_l2_flush
-
-    buf = torch.empty(1, dtype=torch.float32, device=default_device())
-    _ks_l2_flush[(1,)](buf, 1, 0.0, BLOCK=4096)
+    process is spawned (and its initializer run) before the first config is submitted."""
+    _tiny_launch()
     return os.getpid()
 
 
@@ -266,12 +264,8 @@ _SHAPED_CASES = 2
 
 
 def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
-    """Inputs with the case's shapes, dtypes and alignment, but not its values: a compile needs
-    no more (launchers derive constexprs from shapes), and a warmup launch never reads them.
-    The shapes come from one draw on the CPU per case and process; on the CPU (interpreter)
-    that draw itself is returned, since there the launch runs for real."""
-    import torch
-
+    """`KernelDef.empty_inputs` on the GPU, kept per case and process; on the CPU (interpreter)
+    a real draw, since there the launch runs for real."""
     from kernels.device import default_device
 
     key = json.dumps([kernel.name, dict(sorted(axes.items()))])
@@ -280,11 +274,10 @@ def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
         _SHAPED.move_to_end(key)
         return got
     device = default_device()
-    probe = kernel.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
     if device.type == "cuda":
-        got = tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in probe)
+        got = kernel.empty_inputs(axes, device)
     else:
-        got = tuple(probe)
+        got = kernel.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
     _SHAPED[key] = got
     while len(_SHAPED) > _SHAPED_CASES:
         _SHAPED.popitem(last=False)

@@ -236,10 +236,29 @@ def default_in_space(space: SearchSpace) -> dict[str, Any] | None:
     return default if space.violation(default) is None else None
 
 
+def warm_start_picks(store: Any, kernel: str, axes: Mapping[str, int], device: str,
+                     space: SearchSpace) -> list[tuple[dict[str, Any], Any]]:
+    """(config, source) in the order a study tries them. The kernel's default goes first: a short
+    study must never record a config slower than what an untuned call already gets (on the H200,
+    16 TPE trials from neighbours only ended 2.9x slower than the default on B's seq_len 2851).
+    Then the space file's seeds, configs that won some suite case in a sweep (the way
+    triton.autotune is given a short list), then the nearest cases' bests."""
+    picks: list[tuple[dict[str, Any], Any]] = []
+    default = default_in_space(space)
+    if default is not None:
+        picks.append((default, "default"))
+    picks += [(cfg, f"seed: {note}") for cfg, note in space.seeds]
+    try:
+        picks += warm_start_configs(store, kernel, axes, device, space)
+    except Exception as exc:  # a store that cannot answer leaves the study cold, not broken
+        log.warning("warm start from neighbours skipped for %s %s: %s", kernel, axes, exc)
+    return picks
+
+
 def prefetch_case(runner: Any, store: Any, kernel: str, axes: Mapping[str, int], device: str, *,
                   space: SearchSpace | None = None,
                   also: Sequence[Mapping[str, Any]] = ()) -> int:
-    """Queue a case's warm-start configs (the kernel's default, the neighbours' bests and `also`)
+    """Queue a case's warm-start configs (`warm_start_picks` and `also`)
     on the runner's compile-ahead pool before the case starts; returns how many were queued.
     Only a hint: a config missing from the pool is compiled by the trial itself."""
     if not runner.compile_workers:
@@ -247,11 +266,7 @@ def prefetch_case(runner: Any, store: Any, kernel: str, axes: Mapping[str, int],
     space = space or get_space(kernel)
     axes = get_kernel(kernel).validate_axes(axes)
     configs = [dict(c) for c in also]
-    default = default_in_space(space)
-    if default is not None:
-        configs.append(default)
-    configs += [c for c, _ in space.seeds]
-    configs += [c for c, _ in warm_start_configs(store, kernel, axes, device, space)]
+    configs += [c for c, _ in warm_start_picks(store, kernel, axes, device, space)]
     # Each is valid already (a run trial, or checked against the space): canonical, once each.
     fresh = {space.key(c): space.canonical(c) for c in configs}
     return runner.prefetch(kernel, axes, list(fresh.values()))
@@ -419,20 +434,7 @@ class _Loop:
 
     # -- warm start ------------------------------------------------------------------------
     def warm_start(self) -> int:
-        # The kernel's default config goes first: a short study must never record a config
-        # slower than what an untuned call already gets (seen on the H200: 16 TPE trials from
-        # neighbours only ended 2.9x slower than the default on B's seq_len 2851).
-        picks: list[tuple[dict[str, Any], Any]] = []
-        default = default_in_space(self.space)
-        if default is not None:
-            picks.append((default, "default"))
-        # Then the space file's seeds: configs that won some suite case in a sweep, the way
-        # triton.autotune is given a short list, so that TPE starts from every known good region.
-        picks += [(cfg, f"seed: {note}") for cfg, note in self.space.seeds]
-        try:
-            picks += warm_start_configs(self.store, self.kernel, self.axes, self.device, self.space)
-        except Exception as exc:  # a store that cannot answer leaves the study cold, not broken
-            log.warning("warm start from neighbours skipped for %s %s: %s", self.kernel, self.axes, exc)
+        picks = warm_start_picks(self.store, self.kernel, self.axes, self.device, self.space)
         waiting = [t.system_attrs.get("fixed_params") for t in
                    self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
         n = 0
@@ -686,4 +688,4 @@ def _jsonable(d: Any) -> Any:
 
 
 __all__ = ["tune_case", "study_name", "CaseResult", "TuneError", "SAMPLERS", "make_sampler",
-           "make_storage", "warm_start_configs", "prefetch_case"]
+           "make_storage", "warm_start_configs", "warm_start_picks", "prefetch_case"]

@@ -16,7 +16,8 @@ import triton
 import triton.language as tl
 
 import kernels
-from kernels.device import default_device
+import ks_fake_kernels  # the same draws and reference as ks_test_scale
+from kernels.device import default_device  # noqa: F401  (tests call it from here)
 from kernels.spec import Axis, KernelDef, Param
 
 NAME = "ks_test_probe"
@@ -65,22 +66,13 @@ def launch(x: torch.Tensor, *, config: Mapping[str, Any], out=None):
 
 
 def make_inputs(axes, *, seed, distribution="benchmark", device=None):
-    device = torch.device(device) if device is not None else default_device()
-    n = int(axes["n"])
-    _event("make_inputs", f"n={n} seed={seed} {distribution}")
-    gen = torch.Generator().manual_seed(seed)
-    if distribution == "benchmark":
-        x = torch.randn(n, generator=gen)
-    elif distribution == "realistic":
-        x = torch.arange(n, dtype=torch.float32) / max(n, 1)
-    else:
-        raise ValueError(f"distribution: unknown {distribution!r}")
-    return (x.to(device),)
+    _event("make_inputs", f"n={int(axes['n'])} seed={seed} {distribution}")
+    return ks_fake_kernels.make_inputs(axes, seed=seed, distribution=distribution, device=device)
 
 
 def reference(x):
     _event("reference", f"n={x.numel()}")
-    return (x.double() * 2.0,)
+    return ks_fake_kernels.reference(x)
 
 
 KERNEL = KernelDef(

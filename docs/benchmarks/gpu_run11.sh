@@ -2,7 +2,9 @@
 # GPU call 11 (H200): workload A's L2 prefetch of the ticket counter, partial row and output
 # (WARM = l2 against none) over a product grid on all 16 suite cases; then the tuning run whose
 # records the service ships (all 32 cases, 32 trials each), the records export, the final
-# `kernelsearch bench` with those records, and the kernel suite on the GPU.
+# `kernelsearch bench` with those records, and the kernel suite on the GPU. It ran on the tree of
+# commit af63f14 plus run11/warm.patch (the WARM parameter, withdrawn after this run) and a WARM
+# parameter in the space file; its records were not shipped.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1

@@ -6,7 +6,10 @@
 One launch per call, deterministic: each program folds its patches into an 18-vector partial,
 then takes a ticket from a self-resetting counter; the program holding the last ticket sums the
 partials in program order (`ticket2`: the same in groups of 32 programs, then over the groups).
-No memset, no atomics on the output, the same bits every call.
+`fixed` instead adds each partial as a fixed-point integer (52 fraction bits, three 32-bit digits)
+with a count packed into each word: integer sums do not depend on arrival order, and the program
+that brings a slot's count to the grid size writes that output, with no fence and no partials to
+read back. No memset, no atomics on the output, the same bits every call.
 """
 from __future__ import annotations
 
@@ -28,6 +31,11 @@ HALF = 36
 QUARTER = 18
 MAX_PATCHES = 1 << 22
 GROUP = 32  # programs per first-level group of the two-level ticket
+# REDUCE="fixed": each output's four int64 words (low, middle, high digit sums and the poison
+# count) sit in their own 128-byte line; the count field is 16 bits, and the digit sums stay
+# inside 48 bits for at most FIXED_MAX_PROGRAMS programs.
+FIXED_STRIDE = 16
+FIXED_MAX_PROGRAMS = (1 << 15) - 1
 
 
 @triton.jit
@@ -96,7 +104,7 @@ def _fold_tile(acc, acc_t, e, gs, gc, w, e_t, gs_t, gc_t, pos_b,
 # Shapes vary per case; specialising on them would recompile every config for every case.
 @triton.jit(do_not_specialize=["P", "n_tiles"])
 def _rope_gen_bwd_kernel(
-    gc_ptr, gs_ptr, pos_ptr, emb_ptr, out_ptr, ws_ptr, counter_ptr,
+    gc_ptr, gs_ptr, pos_ptr, emb_ptr, out_ptr, ws_ptr, counter_ptr, slots_ptr,
     P, n_tiles,
     BLOCK_P: tl.constexpr, TILES: tl.constexpr, REDUCE: tl.constexpr, COLS: tl.constexpr,
     TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr, PIPELINE: tl.constexpr,
@@ -156,6 +164,8 @@ def _rope_gen_bwd_kernel(
 
     if REDUCE == "single":
         tl.store(out_ptr + j, part, mask=j < 18)
+    elif REDUCE == "fixed":
+        _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0))
     elif REDUCE == "ticket":
         n_prog = tl.num_programs(0)
         tl.store(ws_ptr + pid * 32 + j, part)
@@ -190,6 +200,56 @@ def _rope_gen_bwd_kernel(
 
 
 @triton.jit
+def _fixed_sum(part, slots_ptr, out_ptr, n_prog):
+    """Add this program's 18 partials to the fixed-point slots; finish the slots it completes.
+
+    A partial becomes x = |p| * 2^52 < 2^95, split into three digits below 2^32 (float32 scaling
+    and subtraction are exact here), signed by p, and each digit is added shifted past a 16-bit
+    arrival count. A partial that is NaN or at least 2^43 counts as poison: its output is NaN
+    rather than a silently wrapped sum. The four words of all 18 outputs go out as one atomic
+    instruction, so a program waits one L2 round trip for them, not four."""
+    j = tl.arange(0, 32)
+    live = j < 18
+    w = tl.arange(0, 4)[None, :]  # 0: low digit, 1: middle, 2: high, 3: poison count
+    words = slots_ptr + j[:, None] * 16 + w
+    bad = (part != part) | (tl.abs(part) >= 8796093022208.0)
+    x = tl.where(bad, 0.0, tl.abs(part)) * 4503599627370496.0
+    h = tl.floor(x * 5.421010862427522e-20)
+    r = x - h * 18446744073709551616.0
+    m = tl.floor(r * 2.3283064365386963e-10)
+    lo_f = r - m * 4294967296.0
+    sign = tl.where(part < 0, -1, 1).to(tl.int64)
+    digit = tl.where(w == 0, (lo_f.to(tl.int64) * sign)[:, None],
+                     tl.where(w == 1, (m.to(tl.int64) * sign)[:, None],
+                              tl.where(w == 2, (h.to(tl.int64) * sign)[:, None],
+                                       bad.to(tl.int64)[:, None])))
+    inc = (digit << 16) + 1
+    old = tl.atomic_add(words, inc, mask=live[:, None], sem="relaxed", scope="gpu")
+    new = old + inc
+    o_hi = tl.sum(tl.where(w == 2, old, 0), axis=1)
+    fin = live & ((o_hi & 0xFFFF) + 1 == n_prog)
+    if tl.max(fin.to(tl.int32), axis=0) > 0:
+        # Every program has added its high digit; its other three words went out in the same
+        # instruction and are in flight at worst: read them back until their counts are whole.
+        done = ~fin[:, None] | ((new & 0xFFFF) == n_prog)
+        if tl.min(tl.min(done.to(tl.int32), axis=1), axis=0) == 0:
+            pending = 1
+            while pending > 0:
+                cur = tl.load(words, mask=fin[:, None], other=0, volatile=True)
+                ok = ~fin[:, None] | ((cur & 0xFFFF) == n_prog)
+                pending = tl.sum(tl.sum((~ok).to(tl.int32), axis=1), axis=0)
+            new = tl.load(words, mask=fin[:, None], other=0, volatile=True)
+        sums = (new >> 16).to(tl.float64)
+        scale = tl.where(w == 0, 2.220446049250313e-16,
+                         tl.where(w == 1, 9.5367431640625e-07, tl.where(w == 2, 4096.0, 0.0)))
+        total = tl.sum(sums * scale, axis=1)
+        poisoned = tl.sum(tl.where(w == 3, new >> 16, 0), axis=1) > 0
+        res = tl.where(poisoned, float("nan"), total.to(tl.float32))
+        tl.store(out_ptr + j, res, mask=fin)
+        tl.store(words, tl.zeros([32, 4], dtype=tl.int64), mask=fin[:, None])
+
+
+@triton.jit
 def _sum_rows(src_ptr, out_ptr, n_rows, RB: tl.constexpr):
     """Sum n_rows partials of 32 floats in row order (the same bits every call) into out[:18]."""
     j = tl.arange(0, 32)
@@ -204,11 +264,14 @@ def _sum_rows(src_ptr, out_ptr, n_rows, RB: tl.constexpr):
 
 PARAMS = (
     Param("BLOCK_P", (8, 16, 32, 64, 128, 256), 16, "patches per tile"),
-    Param("TILES", (1, 2, 4, 8, 16, 32, 64), 1, "tiles each program folds before the cross-program sum",
-          requires={"REDUCE": ("ticket", "ticket2")}),
-    Param("REDUCE", ("ticket", "ticket2", "single"), "ticket",
+    Param("TILES", (1, 2, 4, 8, 16, 32, 64), 1, "tiles each program folds before the cross-program sum "
+          "(with REDUCE=fixed, more when the grid would pass 32767 programs)",
+          requires={"REDUCE": ("ticket", "ticket2", "fixed")}),
+    Param("REDUCE", ("ticket", "ticket2", "fixed", "single"), "fixed",
           "cross-program reduction: the last-arriving program sums the partials in order, the same "
-          "in two levels (groups of 32 programs, then the groups), or one program does all"),
+          "in two levels (groups of 32 programs, then the groups), fixed-point integer atomics whose "
+          "last adder writes each output (NaN where a program's partial passes 2^43), or one "
+          "program does all"),
     Param("COLS", ("pad128", "quarters", "split64"), "quarters",
           "tiling of the 72 columns: padded to 128, four 18-column quarters padded to 32, or 64 + 8"),
     Param("TRIG", TRIG_CHOICES, "approx_rr", "sin/cos implementation"),
@@ -238,6 +301,18 @@ def _rules(cfg: Mapping[str, Any]) -> str | None:
 
 _ws_lock = threading.Lock()
 _workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_slots: dict[tuple, torch.Tensor] = {}
+
+
+def _fixed_slots(device: torch.device) -> torch.Tensor:
+    """The fixed-point sum's words, per (device, stream): zeroed once, reset by their finisher."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    with _ws_lock:
+        got = _slots.get(key)
+        if got is None:
+            got = _slots[key] = torch.zeros(QUARTER * FIXED_STRIDE, dtype=torch.int64, device=device)
+        return got
 
 
 def _workspace(device: torch.device, rows: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,19 +345,23 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         n_prog = 1
     else:
         tiles = config["TILES"]
+        if config["REDUCE"] == "fixed":
+            tiles = max(tiles, triton.cdiv(n_tiles, FIXED_MAX_PROGRAMS))
         n_prog = triton.cdiv(n_tiles, tiles)
     grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
     two_level = config["REDUCE"] == "ticket2"
+    fixed = config["REDUCE"] == "fixed"
     n_groups = triton.cdiv(n_prog, GROUP) if two_level else 0
-    ws, counter = _workspace(emb.device, n_prog + n_groups, 1 + n_groups)
+    ws, counter = _workspace(emb.device, 1 if fixed else n_prog + n_groups, 1 + n_groups)
     # The last program sums the partials (or the group sums) in blocks of RB rows. Two sizes
     # only, so that a config compiles at most twice over all shapes: one round of L2 reads up to
     # 32 rows per warp, then blocks of 128 per warp (four rows of registers per thread).
     nw = config["num_warps"]
     n_rows = n_groups if two_level else n_prog
-    rb = 32 * nw if n_rows <= 32 * nw else 128 * nw
+    rb = 32 * nw if n_rows <= 32 * nw or fixed else 128 * nw
+    slots = _fixed_slots(emb.device) if fixed else counter
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
-        grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, P, n_tiles,
+        grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, slots, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
         TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb, PIPELINE=config["PIPELINE"], GROUP=GROUP,
         num_warps=config["num_warps"], num_stages=config["num_stages"],

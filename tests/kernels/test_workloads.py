@@ -1,6 +1,8 @@
 """Workload-specific properties: A's determinism and single launch, B's split strategies."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -35,6 +37,9 @@ def test_a_ticket_counter_resets_between_calls():
     {"REDUCE": "ticket2", "BLOCK_P": 8, "TILES": 1, "num_warps": 1},   # 38 programs: two groups
     {"REDUCE": "ticket2", "BLOCK_P": 8, "TILES": 2, "COLS": "split64", "PIPELINE": "prefetch"},
     {"REDUCE": "ticket", "BLOCK_P": 16, "TILES": 4, "COLS": "pad128", "PIPELINE": "prefetch"},
+    {"REDUCE": "fixed", "BLOCK_P": 8, "TILES": 1, "num_warps": 2},
+    {"REDUCE": "fixed", "BLOCK_P": 16, "TILES": 2, "COLS": "split64", "num_warps": 1},
+    {"REDUCE": "fixed", "BLOCK_P": 32, "TILES": 1, "COLS": "pad128", "num_warps": 8},
     {"REDUCE": "single", "BLOCK_P": 32, "COLS": "split64", "PIPELINE": "prefetch"},
 ])
 def test_a_reductions_and_pipelines_are_correct_and_deterministic(cfg):
@@ -45,6 +50,36 @@ def test_a_reductions_and_pipelines_are_correct_and_deterministic(cfg):
     assert res.ok, res.detail
     inputs = A.make_inputs({"total_patches": 300}, seed=5)
     assert torch.equal(A(*inputs, config=cfg), A(*inputs, config=cfg))
+
+
+def test_a_fixed_sum_poisons_out_of_range_partials_and_recovers():
+    """A partial past the fixed-point window gives NaN, never a wrapped sum, and the slots it
+    touched are clean for the next call."""
+    inputs = list(A.make_inputs({"total_patches": 64}, seed=1))
+    inputs[0] = inputs[0] * 1e12
+    cfg = {"REDUCE": "fixed", "BLOCK_P": 8}
+    assert torch.isnan(A(*inputs, config=cfg)).all()
+    res = check_config(A, {"total_patches": 64}, A.validate_config(cfg), seed=2)
+    assert res.ok, res.detail
+
+
+def test_a_fixed_sum_folds_more_tiles_past_its_program_limit(monkeypatch):
+    mod = importlib.import_module("kernels.vision_rope_generation_bwd")
+
+    grids = []
+
+    class Recording:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+
+    real = mod._rope_gen_bwd_kernel
+    monkeypatch.setattr(mod, "FIXED_MAX_PROGRAMS", 4)
+    monkeypatch.setattr(mod, "_rope_gen_bwd_kernel", Recording())
+    cfg = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 8, "TILES": 1})
+    res = check_config(A, {"total_patches": 300}, cfg, seed=9)
+    assert res.ok, res.detail
+    assert grids and all(g == (4,) for g in grids)  # 38 tiles, 10 per program
 
 
 def test_a_prefetch_register_rule():

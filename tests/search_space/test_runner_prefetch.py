@@ -148,17 +148,19 @@ def test_the_pool_starts_with_the_runner_and_compiles_what_is_prefetched(probe_l
 def test_a_trial_neither_waits_for_nor_is_timed_during_the_pools_start(monkeypatch):
     """On the H200 the first trial of a fresh runner failed: its config, handed to the pool's call
     queue behind the warm-ups (uncancellable), was waited for while 15 workers started, then
-    the trial ran beside them on its own clock. Here the pool takes 6 s to start."""
-    monkeypatch.setenv(ks_fake_kernels.SLOW_POOL_ENV, "6")
-    with _CpuPoolRunner(trial_timeout_s=0.5, kernel_modules=["ks_fake_kernels"],
+    the trial ran beside them on its own clock. Here the pool takes 15 s to start, and a slow
+    config sleeps 1 s in each of its launches (about 6 s a trial) against a 3 s limit: room for
+    the first config's cold compile on a GPU host, where a 0.5 s limit was too little."""
+    monkeypatch.setenv(ks_fake_kernels.SLOW_POOL_ENV, "15")
+    with _CpuPoolRunner(trial_timeout_s=3, kernel_modules=["ks_fake_kernels"],
                         compile_workers=1) as r:
         r.start()
         ok, slow = {"MODE": "ok", "BLOCK": 16}, {"MODE": "slow", "BLOCK": 16}
         assert r.prefetch(FAKE, {"n": 8}, [ok, slow]) == 2
         first = r.run(FAKE, {"n": 8}, ok, measure_n=2)
         assert first.ok and first.compile_wait_s == 0.0, first
-        # A config that sleeps 1 s is over the 0.5 s limit, but the clock stops while the pool
-        # starts: it is not a timeout.
+        # A config that sleeps 1 s per launch is over the 3 s limit, but the clock stops while
+        # the pool starts: it is not a timeout.
         assert r._pool_warming()
         out = r.run(FAKE, {"n": 8}, slow, measure_n=2)
         assert out.ok and out.compile_wait_s == 0.0, out

@@ -108,7 +108,7 @@ def _rope_gen_bwd_kernel(
     P, n_tiles,
     BLOCK_P: tl.constexpr, TILES: tl.constexpr, REDUCE: tl.constexpr, COLS: tl.constexpr,
     TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr, PIPELINE: tl.constexpr,
-    GROUP: tl.constexpr,
+    GROUP: tl.constexpr, SLOT_STRIDE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     j = tl.arange(0, 32)
@@ -165,7 +165,7 @@ def _rope_gen_bwd_kernel(
     if REDUCE == "single":
         tl.store(out_ptr + j, part, mask=j < 18)
     elif REDUCE == "fixed":
-        _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0))
+        _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0), SLOT_STRIDE)
     elif REDUCE == "ticket":
         n_prog = tl.num_programs(0)
         tl.store(ws_ptr + pid * 32 + j, part)
@@ -200,7 +200,7 @@ def _rope_gen_bwd_kernel(
 
 
 @triton.jit
-def _fixed_sum(part, slots_ptr, out_ptr, n_prog):
+def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
     """Add this program's 18 partials to the fixed-point slots; finish the slots it completes.
 
     A partial becomes x = |p| * 2^52 < 2^95, split into three digits below 2^32 (float32 scaling
@@ -211,7 +211,7 @@ def _fixed_sum(part, slots_ptr, out_ptr, n_prog):
     j = tl.arange(0, 32)
     live = j < 18
     w = tl.arange(0, 4)[None, :]  # 0: low digit, 1: middle, 2: high, 3: poison count
-    words = slots_ptr + j[:, None] * 16 + w
+    words = slots_ptr + j[:, None] * STRIDE + w
     bad = (part != part) | (tl.abs(part) >= 8796093022208.0)
     x = tl.where(bad, 0.0, tl.abs(part)) * 4503599627370496.0
     h = tl.floor(x * 5.421010862427522e-20)
@@ -300,36 +300,29 @@ def _rules(cfg: Mapping[str, Any]) -> str | None:
 
 
 _ws_lock = threading.Lock()
-_workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-_slots: dict[tuple, torch.Tensor] = {}
+_workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
-def _fixed_slots(device: torch.device) -> torch.Tensor:
-    """The fixed-point sum's words, per (device, stream): zeroed once, reset by their finisher."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    with _ws_lock:
-        got = _slots.get(key)
-        if got is None:
-            got = _slots[key] = torch.zeros(QUARTER * FIXED_STRIDE, dtype=torch.int64, device=device)
-        return got
-
-
-def _workspace(device: torch.device, rows: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Partials buffer and ticket counters (one per 128-byte line), kept per (device, stream):
-    the counters reset themselves, so they are zeroed only when first made or grown."""
+def _workspace(device: torch.device, rows: int,
+               counters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Partials buffer, ticket counters (one per 128-byte line) and the fixed-point sum's words,
+    kept per (device, stream): counters and words reset themselves, so they are zeroed only when
+    first made or grown."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (str(device), stream)
     with _ws_lock:
         got = _workspaces.get(key)
-        if got is None or got[0].shape[0] < rows:
-            cap = max(rows, 1024 if got is None else 2 * got[0].shape[0])
-            ws = torch.empty((cap, 32), dtype=torch.float32, device=device)
-            got = (ws, got[1] if got is not None else torch.zeros(32, dtype=torch.int32, device=device))
-        if got[1].numel() < 32 * counters:
-            cap = max(32 * counters, 2 * got[1].numel())
-            got = (got[0], torch.zeros(cap, dtype=torch.int32, device=device))
-        _workspaces[key] = got
+        if got is None:
+            got = (torch.empty((max(rows, 1024), 32), dtype=torch.float32, device=device),
+                   torch.zeros(32 * counters, dtype=torch.int32, device=device),
+                   torch.zeros(QUARTER * FIXED_STRIDE, dtype=torch.int64, device=device))
+        ws, counter, slots = got
+        if ws.shape[0] < rows:
+            ws = torch.empty((max(rows, 2 * ws.shape[0]), 32), dtype=torch.float32, device=device)
+        if counter.numel() < 32 * counters:
+            counter = torch.zeros(max(32 * counters, 2 * counter.numel()), dtype=torch.int32,
+                                  device=device)
+        got = _workspaces[key] = (ws, counter, slots)
         return got
 
 
@@ -352,18 +345,18 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
     two_level = config["REDUCE"] == "ticket2"
     fixed = config["REDUCE"] == "fixed"
     n_groups = triton.cdiv(n_prog, GROUP) if two_level else 0
-    ws, counter = _workspace(emb.device, 1 if fixed else n_prog + n_groups, 1 + n_groups)
+    ws, counter, slots = _workspace(emb.device, 1 if fixed else n_prog + n_groups, 1 + n_groups)
     # The last program sums the partials (or the group sums) in blocks of RB rows. Two sizes
     # only, so that a config compiles at most twice over all shapes: one round of L2 reads up to
     # 32 rows per warp, then blocks of 128 per warp (four rows of registers per thread).
     nw = config["num_warps"]
     n_rows = n_groups if two_level else n_prog
     rb = 32 * nw if n_rows <= 32 * nw or fixed else 128 * nw
-    slots = _fixed_slots(emb.device) if fixed else counter
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, slots, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
         TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb, PIPELINE=config["PIPELINE"], GROUP=GROUP,
+        SLOT_STRIDE=FIXED_STRIDE,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     return (grad,)

@@ -15,25 +15,12 @@ if not torch.cuda.is_available():
 from .errors import FailureKind, KernelSearchError  # noqa: E402
 from .provider import ConfigProvider, set_provider  # noqa: E402
 from .spec import Case, KernelDef, Param  # noqa: E402
-from .vision_rope3d_spatial_merge_bwd import KERNEL as _B  # noqa: E402
-from .vision_rope_generation_bwd import KERNEL as _A  # noqa: E402
-
-KERNELS: dict[str, KernelDef] = {_A.name: _A, _B.name: _B}
-
-vision_rope_generation_bwd = _A
-vision_rope3d_spatial_merge_bwd = _B
-
-
-def get_kernel(name: str) -> KernelDef:
-    """The kernel of that name; a KeyError listing the known ones otherwise."""
-    try:
-        return KERNELS[name]
-    except KeyError:
-        raise KeyError(f"unknown kernel {name!r}; known: {', '.join(sorted(KERNELS))}") from None
-
+from .registry import (  # noqa: E402
+    UnknownKernel, all_kernels, get_kernel, kernel_names, load_plugins, register,
+)
 
 __all__ = [
-    "KERNELS", "get_kernel", "vision_rope_generation_bwd", "vision_rope3d_spatial_merge_bwd",
+    "get_kernel", "kernel_names", "all_kernels", "load_plugins", "register", "UnknownKernel",
     "KernelDef", "Param", "Case", "ConfigProvider", "set_provider", "FailureKind",
     "KernelSearchError",
 ]

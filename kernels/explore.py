@@ -3,7 +3,7 @@
 Not the tuner: no database, no Optuna. It compiles candidate configs in parallel processes (the
 on-disk Triton cache then makes the in-process compile a load), checks every config on every case
 against float64 with poisoned outputs, times them all under one profiler session per case, and
-writes one JSON file. Used for the performance notes in docs/; `python -m kernels.explore -h`.
+writes one JSON file. Used for the performance notes in docs/; `python -m kernelsearch.kernels.explore -h`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import torch
 def candidates(kname: str, limit: int, seed: int,
                spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The kernel's default, then a shuffled product grid plus extras (from `spec` when given)."""
-    from kernels import get_kernel
+    from kernelsearch.kernels import get_kernel
 
     k = get_kernel(kname)
     if spec is not None:
@@ -70,7 +70,7 @@ _shape_inputs: dict[str, tuple] = {}
 
 def _compile_one(args: tuple[str, dict[str, Any], list[dict[str, int]]]) -> tuple[str, str | None]:
     kname, cfg, shapes = args
-    from kernels import get_kernel
+    from kernelsearch.kernels import get_kernel
 
     k = get_kernel(kname)
     key = json.dumps(cfg, sort_keys=True)
@@ -96,8 +96,8 @@ def compile_ahead(kname: str, cfgs: list[dict[str, Any]], workers: int,
 
 
 def sweep_case(k, axes: dict[str, int], cfgs: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    from kernels.check import rel_error
-    from kernels.measure import time_calls
+    from kernelsearch.kernels.check import rel_error
+    from kernelsearch.kernels.measure import time_calls
 
     dev = torch.device("cuda")
     rows = []
@@ -145,14 +145,14 @@ def main(argv: list[str] | None = None) -> int:
                                    "replacing the built-in candidates")
     a = ap.parse_args(argv)
     specs = json.load(open(a.grid)) if a.grid else {}
-    from kernels import KERNELS
-    from kernels.device import device_info, versions
-    from kernels.measure import copy_bandwidth
+    from kernelsearch.kernels import all_kernels
+    from kernelsearch.kernels.device import device_info, versions
+    from kernelsearch.kernels.measure import copy_bandwidth
 
     result: dict[str, Any] = {"device": device_info(), "versions": versions(),
                               "copy_bandwidth_Bps": copy_bandwidth(), "kernels": {}}
-    for kname in a.kernel or sorted(KERNELS):
-        k = KERNELS[kname]
+    for kname in a.kernel or sorted(all_kernels()):
+        k = all_kernels()[kname]
         if specs and kname not in specs:
             continue
         cfgs = candidates(kname, a.limit, a.seed, specs.get(kname))

@@ -5,7 +5,7 @@ pays after the L2 flush: the kernel's start and end, the first DRAM round trip, 
 of the flush's dirty lines. A device-to-device copy moving exactly a case's bytes (half read,
 half written) is a kernel with no arithmetic and perfect access patterns; timed in the same
 profiler session as the kernel's own config it splits the gap to the roofline into what any
-kernel pays and what ours adds. `python -m kernels.floors -h`.
+kernel pays and what ours adds. `python -m kernelsearch.kernels.floors -h`.
 """
 from __future__ import annotations
 
@@ -48,20 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", action="append", help="kernel (repeatable); all when omitted")
     ap.add_argument("--n", type=int, default=30, help="timed calls per item")
     a = ap.parse_args(argv)
-    from . import KERNELS
+    from . import all_kernels
     from .device import device_info, versions
     from .measure import copy_bandwidth
 
     if not torch.cuda.is_available():
-        print("kernels.floors: needs a GPU", file=sys.stderr)
+        print("kernelsearch.kernels.floors: needs a GPU", file=sys.stderr)
         return 2
     bw = copy_bandwidth()
     result: dict[str, Any] = {"device": device_info(), "versions": versions(),
                               "copy_bandwidth_Bps": bw, "kernels": {}}
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s")
     print(f"{'kernel':<32} {'case axes':<24} {'roof':>7} {'empty':>7} {'copy':>7} {'kernel':>7}  [us]")
-    for kname in a.kernel or sorted(KERNELS):
-        k = KERNELS[kname]
+    for kname in a.kernel or sorted(all_kernels()):
+        k = all_kernels()[kname]
         rows = []
         for c in k.cases:
             r = floors_for(k, dict(c.axes), None, n=a.n)

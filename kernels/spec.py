@@ -54,7 +54,7 @@ class Case:
 
 def load_cases(filename: str, axis_names: Sequence[str]) -> tuple[Case, ...]:
     """Read the suite's cases from the package's own copy of the benchmark's JSON."""
-    text = resources.files("kernels").joinpath("cases", filename).read_text()
+    text = resources.files(__package__).joinpath("cases", filename).read_text()
     doc = json.loads(text)
     out = []
     for row in doc["cases"]:

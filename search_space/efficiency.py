@@ -1,8 +1,8 @@
 """Search-efficiency and throughput experiments, for the GPU box (argparse, SQLite, matplotlib).
 
-    python -m search_space.efficiency --out DIR [--mode search|throughput|both]
+    python -m kernelsearch.search_space.efficiency --out DIR [--mode search|throughput|both]
         [--kernels K,K] [--cases 2,3,4,5] [--budget-s 540] [--seeds 3] [--measure-n 30]
-    python -m search_space.efficiency --out DIR --table EXPLORE.json [--cases ...] [--seeds 5]
+    python -m kernelsearch.search_space.efficiency --out DIR --table EXPLORE.json [--cases ...] [--seeds 5]
 
 search: for each kernel and case, the exhaustive grid over the space file's [reduced] subset is
 measured for real (tune_case, sampler grid); every measured outcome is kept as a table. TPE with
@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from kernels import KERNELS, get_kernel
-from kernels.errors import InvalidConfig
+from kernelsearch.kernels import all_kernels, get_kernel
+from kernelsearch.kernels.errors import InvalidConfig
 
 from .runner import TrialOutcome, TrialRunner
 from .space import SearchSpace, get_space
@@ -285,7 +285,7 @@ def table_space(space: SearchSpace, keys: set[str]) -> SearchSpace:
 def _table_record(kname: str, axes: Mapping[str, int], row: Mapping[str, Any], *, doc: Mapping[str, Any],
                   kdoc: Mapping[str, Any], n_grid: int, n_failed: int, study: str) -> Any:
     """The record a tuner would have written for this case: the grid's best row."""
-    from db.store import RecordIn
+    from kernelsearch.db.store import RecordIn
 
     kdef = get_kernel(kname)
     timing = row["timing"]
@@ -481,7 +481,7 @@ def plot(search: Mapping[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m search_space.efficiency", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m kernelsearch.search_space.efficiency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="folder for results.json, the PNG and the DB")
     p.add_argument("--mode", choices=("search", "throughput", "both"), default="search")
@@ -517,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.kernels is not None:
         kernels = [k for k in a.kernels.split(",") if k]
     else:
-        kernels = sorted(table["kernels"]) if table is not None else sorted(KERNELS)
+        kernels = sorted(table["kernels"]) if table is not None else sorted(all_kernels())
     for k in kernels:
         try:
             get_kernel(k)
@@ -553,8 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import optuna
 
-    from db.engine import upgrade
-    from db.store import Store
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.db.store import Store
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     upgrade(url)

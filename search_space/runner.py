@@ -37,7 +37,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from kernels.errors import FailureKind
+from kernelsearch.kernels.errors import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -88,21 +88,23 @@ class TrialOutcome:
 # Child side
 # ---------------------------------------------------------------------------------------------
 def _import_modules(modules: Sequence[str]) -> None:
-    """Import the kernel package and any extra modules that register kernels (tests)."""
-    import kernels  # noqa: F401  (decides interpreter vs GPU before any kernel is defined)
+    """See the parent's kernels: the registry's plugins, then the modules the parent named (those
+    that registered kernels there); a module that fails raises a PluginLoadError naming it."""
+    from kernelsearch.kernels import registry
 
+    registry.load_plugins()
     for m in modules:
-        importlib.import_module(m)
+        registry.load_module(m)
 
 
 def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
     import torch
 
-    from kernels import get_kernel
-    from kernels.check import check_config
-    from kernels.device import default_device
-    from kernels.errors import InvalidConfig, WrongResult, classify
-    from kernels.measure import measure_config
+    from kernelsearch.kernels import get_kernel
+    from kernelsearch.kernels.check import check_config
+    from kernelsearch.kernels.device import default_device
+    from kernelsearch.kernels.errors import InvalidConfig, WrongResult, classify
+    from kernelsearch.kernels.measure import measure_config
 
     kernel = get_kernel(req["kernel"])
     axes = req["axes"]
@@ -158,8 +160,8 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
 
 
 def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
-    from kernels import get_kernel
-    from kernels.measure import measure_reference
+    from kernelsearch.kernels import get_kernel
+    from kernelsearch.kernels.measure import measure_reference
 
     kernel = get_kernel(req["kernel"])
     t = measure_reference(kernel, req["axes"], compiled=bool(req.get("compiled")),
@@ -172,8 +174,8 @@ def _tiny_launch() -> None:
     CUDA context and loads Triton's driver and compiler (a disk-cache load after the first time)."""
     import torch
 
-    from kernels.device import default_device
-    from kernels.measure import _ks_l2_flush
+    from kernelsearch.kernels.device import default_device
+    from kernelsearch.kernels.measure import _ks_l2_flush
 
     device = default_device()
     buf = torch.empty(1, dtype=torch.float32, device=device)
@@ -194,8 +196,8 @@ def _warm_child() -> None:
 def _child_main(conn: Any, modules: Sequence[str]) -> None:
     """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU)."""
     _import_modules(modules)
-    from kernels.check import InputCache
-    from kernels.device import device_info, versions
+    from kernelsearch.kernels.check import InputCache
+    from kernelsearch.kernels.device import device_info, versions
 
     _warm_child()
     cache = InputCache()
@@ -216,7 +218,7 @@ def _child_main(conn: Any, modules: Sequence[str]) -> None:
             elif op == "reference":
                 conn.send({"ok": True, "timing": _run_reference(req)})
             elif op == "bandwidth":
-                from kernels.measure import copy_bandwidth
+                from kernelsearch.kernels.measure import copy_bandwidth
 
                 conn.send({"ok": True, "value": copy_bandwidth()})
             else:
@@ -234,7 +236,7 @@ def _compile_init(modules: Sequence[str]) -> None:
     import torch
     from triton.runtime.jit import JITFunction
 
-    from kernels.device import default_device
+    from kernelsearch.kernels.device import default_device
 
     # One compile per process at a time: torch's intra-op threads would only oversubscribe the
     # cores the other workers and the trial child use.
@@ -266,7 +268,7 @@ _SHAPED_CASES = 2
 def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
     """`KernelDef.empty_inputs` on the GPU, kept per case and process; on the CPU (interpreter)
     a real draw, since there the launch runs for real."""
-    from kernels.device import default_device
+    from kernelsearch.kernels.device import default_device
 
     key = json.dumps([kernel.name, dict(sorted(axes.items()))])
     got = _SHAPED.get(key)
@@ -285,7 +287,7 @@ def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
 
 
 def _compile_one(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
-    from kernels import get_kernel
+    from kernelsearch.kernels import get_kernel
 
     kernel = get_kernel(kernel_name)
     t0 = time.perf_counter()
@@ -319,7 +321,9 @@ class TrialRunner:
             raise ValueError("compile_workers: must be >= 0")
         self.trial_timeout_s = float(trial_timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
-        self.kernel_modules = tuple(kernel_modules)
+        from kernelsearch.kernels import registry
+
+        self.kernel_modules = tuple(dict.fromkeys([*registry.plugin_modules(), *kernel_modules]))
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None

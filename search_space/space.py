@@ -17,9 +17,9 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import optuna
 
-from kernels import get_kernel
-from kernels.errors import InvalidConfig
-from kernels.spec import KernelDef, _member
+from kernelsearch.kernels import get_kernel
+from kernelsearch.kernels.errors import InvalidConfig
+from kernelsearch.kernels.spec import KernelDef, _member
 
 from .safe_expr import ExprError, SafeExpr
 

@@ -27,8 +27,8 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
-from kernels import get_kernel
-from kernels.errors import InvalidConfig
+from kernelsearch.kernels import get_kernel
+from kernelsearch.kernels.errors import InvalidConfig
 
 from .runner import TrialOutcome, TrialRunner
 from .space import SearchSpace, get_space
@@ -637,7 +637,7 @@ class _Loop:
             history=list(self.history))
 
     def record_in(self, job_id: int | None, reference: str, copy_bw: float | None) -> Any:
-        from db.store import RecordIn
+        from kernelsearch.db.store import RecordIn
 
         value, cfg, outcome = self.best  # type: ignore[misc]
         kdef = get_kernel(self.kernel)

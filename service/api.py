@@ -25,10 +25,10 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
-import kernels
-from db import errors as dberr
-from db.engine import check_schema
-from kernels.device import versions as kernel_versions
+from kernelsearch import kernels
+from kernelsearch.db import errors as dberr
+from kernelsearch.db.engine import check_schema
+from kernelsearch.kernels.device import versions as kernel_versions
 
 from . import schemas
 from .metrics import Metrics
@@ -212,7 +212,7 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
     """
     settings = settings or get_settings()
     if store is None:
-        from db.store import Store
+        from kernelsearch.db.store import Store
 
         store = Store(settings.database_url)
     metrics = Metrics(count_jobs=lambda status: store.count_jobs(status=status))
@@ -306,7 +306,7 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
 
     @app.get("/v1/kernels", response_model=list[schemas.KernelOut], tags=["kernels"])
     def list_kernels() -> Any:
-        return [_describe(k) for k in kernels.KERNELS.values()]
+        return [_describe(k) for k in kernels.all_kernels().values()]
 
     @app.get("/v1/kernels/{kernel}", response_model=schemas.KernelOut, tags=["kernels"],
              responses=_ERRORS)
@@ -321,8 +321,8 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
                  "info": c.info} for c in k.cases]
 
     # -- lookups -----------------------------------------------------------------------------
-    axis_names = sorted({a.name for k in kernels.KERNELS.values() for a in k.axes}
-                        | {x for k in kernels.KERNELS.values() for x in k.extra_axes})
+    axis_names = sorted({a.name for k in kernels.all_kernels().values() for a in k.axes}
+                        | {x for k in kernels.all_kernels().values() for x in k.extra_axes})
     best_params = [
         {"name": "kernel", "in": "query", "required": True, "schema": {"type": "string"}},
         {"name": "device", "in": "query", "required": True, "schema": {"type": "string"},
@@ -434,7 +434,7 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
 def _check_schema(store: Any) -> None:
     engine = getattr(store, "engine", None)
     if engine is None:
-        from db.engine import make_engine
+        from kernelsearch.db.engine import make_engine
 
         engine = make_engine(store.url)
     check_schema(engine)
@@ -457,7 +457,7 @@ def _check_text(name: str, value: str) -> None:
 
 def _samplers() -> tuple[str, ...]:
     try:
-        from search_space.tuner import SAMPLERS
+        from kernelsearch.search_space.tuner import SAMPLERS
     except ImportError:
         return ()
     return tuple(SAMPLERS)

@@ -18,13 +18,13 @@ def kernels_cmd(
     """List the kernels, or one kernel's tunable parameters and suite cases."""
     import json
 
-    from kernels import KERNELS, get_kernel
+    from kernelsearch.kernels import all_kernels, get_kernel
 
     if name is None:
         if as_json:
-            print(json.dumps([k.describe() for k in KERNELS.values()], indent=1))
+            print(json.dumps([k.describe() for k in all_kernels().values()], indent=1))
             return
-        for k in KERNELS.values():
+        for k in all_kernels().values():
             print(f"{k.name}\t{k.benchmark_problem}\t{','.join(a.name for a in k.axes)}\t{k.description}")
         return
     try:

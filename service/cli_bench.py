@@ -24,12 +24,12 @@ def bench(
                                          help="also time the kernel's default config in the same run"),
 ) -> None:
     """Time each case: eager reference, torch.compile, Triton (given or best config), roofline."""
-    from kernels import KERNELS, get_kernel, set_provider
-    from kernels.bench import bench_cases, dump, format_table, plot
+    from kernelsearch.kernels import all_kernels, get_kernel, set_provider
+    from kernelsearch.kernels.bench import bench_cases, dump, format_table, plot
 
     err = Console(stderr=True)
     try:
-        kernels = [get_kernel(kernel)] if kernel else list(KERNELS.values())
+        kernels = [get_kernel(kernel)] if kernel else list(all_kernels().values())
     except KeyError as exc:
         raise typer.BadParameter(str(exc.args[0]), param_hint="KERNEL") from None
     cfg = None

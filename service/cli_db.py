@@ -14,9 +14,9 @@ from typing import Annotated, Any
 import typer
 from sqlalchemy import make_url
 
-from db.engine import check_schema, current_revision, head_revision, make_engine, upgrade
-from db.errors import SchemaBehind, StoreError
-from db.store import Store
+from kernelsearch.db.engine import check_schema, current_revision, head_revision, make_engine, upgrade
+from kernelsearch.db.errors import SchemaBehind, StoreError
+from kernelsearch.db.store import Store
 
 db_app = typer.Typer(help="Database schema: Alembic migrations of kernelsearch's own tables.", no_args_is_help=True)
 records_app = typer.Typer(help="Tuned records: list, export to and import from JSON files.", no_args_is_help=True)

@@ -12,8 +12,8 @@ from .settings import Settings, get_settings
 
 def _check_schema_or_exit(settings: Settings) -> None:
     """Refuse to start on a database whose schema is not this code's, saying what to run."""
-    from db.engine import check_schema, make_engine
-    from db.errors import SchemaBehind, StoreUnavailable
+    from kernelsearch.db.engine import check_schema, make_engine
+    from kernelsearch.db.errors import SchemaBehind, StoreUnavailable
 
     engine = make_engine(settings.database_url)
     try:
@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         once: bool = typer.Option(False, "--once", help="run at most one job, then exit"),
     ) -> None:
         """Claim and tune queued jobs (one at a time) until SIGTERM or Ctrl-C."""
-        from db.store import Store
+        from kernelsearch.db.store import Store
 
         from .worker import Worker
 

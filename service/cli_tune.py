@@ -12,7 +12,7 @@ SAMPLER_HELP = "tpe (default), random, grid (exhaustive), gp, cmaes"
 
 def _cases(kernel: str, case: list[int], all_: bool, seq_len: list[int],
            total_patches: list[int]) -> list[dict[str, int]]:
-    from kernels import get_kernel
+    from kernelsearch.kernels import get_kernel
 
     try:
         kdef = get_kernel(kernel)
@@ -78,10 +78,10 @@ def tune(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from db.engine import upgrade
-    from db.store import Store
-    from search_space.runner import TrialRunner
-    from search_space.tuner import SAMPLERS, tune_case
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.db.store import Store
+    from kernelsearch.search_space.runner import TrialRunner
+    from kernelsearch.search_space.tuner import SAMPLERS, tune_case
 
     from .settings import get_settings
 

@@ -17,7 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-import kernels
+from kernelsearch import kernels
 
 from .charts import PALETTE, Series, make_chart
 
@@ -149,7 +149,7 @@ def render(request: Request) -> str:
         j["cases_label"] = "; ".join(_axes_label(c) for c in (j.get("cases") or [])[:4]) + (
             f" (+{len(j['cases']) - 4})" if len(j.get("cases") or []) > 4 else "")
     return _env.get_template("dashboard.html").render(
-        groups=groups, history=history, jobs=jobs, kernels=list(kernels.KERNELS.values()),
+        groups=groups, history=history, jobs=jobs, kernels=list(kernels.all_kernels().values()),
         embedded_worker=bool(getattr(request.app.state, "embedded_worker", False)))
 
 

@@ -8,7 +8,7 @@ server again. The load comes from `wrk` (a C load generator; Debian package `wrk
 Lua script that stops after the asked request count, or from Python processes (--engine python)
 where wrk is missing; a Python client on a 2-core machine saturates itself before the server.
 
-    python -m service.loadtest --spawn --requests 40000 --clients 16 --json var/load.json
+    python -m kernelsearch.service.loadtest --spawn --requests 40000 --clients 16 --json var/load.json
 
 Prints p50/p90/p99 latency and requests per second and writes the same as JSON.
 """
@@ -68,7 +68,7 @@ def require_loopback(url: str) -> str:
 
 def synthetic_configs(kernel: Any, n: int) -> list[dict[str, Any]]:
     """n distinct valid configs of the kernel (so a wrong answer cannot look right by chance)."""
-    from kernels.errors import InvalidConfig
+    from kernelsearch.kernels.errors import InvalidConfig
 
     names = [p.name for p in kernel.params]
     out: list[dict[str, Any]] = []
@@ -91,13 +91,13 @@ def synthetic_configs(kernel: Any, n: int) -> list[dict[str, Any]]:
 
 def seed_synthetic(url: str, device: str) -> int:
     """Store one record per suite case of every kernel on `device`; returns the count."""
-    import kernels
-    from db.store import RecordIn, Store
+    from kernelsearch import kernels
+    from kernelsearch.db.store import RecordIn, Store
 
     store = Store(url)
     n = 0
     try:
-        for kernel in kernels.KERNELS.values():
+        for kernel in kernels.all_kernels().values():
             configs = synthetic_configs(kernel, len(kernel.cases))
             for i, case in enumerate(kernel.cases):
                 lat = 5.0 + i
@@ -116,7 +116,7 @@ def seed_synthetic(url: str, device: str) -> int:
 
 def seed_file(url: str, path: Path) -> int:
     """Import a `kernelsearch records export` file; returns the records it holds."""
-    from db.store import Store
+    from kernelsearch.db.store import Store
 
     doc = json.loads(path.read_text())
     store = Store(url)
@@ -130,8 +130,8 @@ def seed_file(url: str, path: Path) -> int:
 def build_lookups(url: str, device: str) -> list[Lookup]:
     """An exact lookup for every current record on `device`, and a nearest one per kernel case
     shifted by one (no record there), with the answer the store itself gives for each."""
-    import kernels
-    from db.store import Store
+    from kernelsearch import kernels
+    from kernelsearch.db.store import Store
 
     store = Store(url)
     try:
@@ -426,7 +426,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.spawn:
             db_url = f"sqlite:///{work / 'load.db'}"
-            from db.engine import upgrade
+            from kernelsearch.db.engine import upgrade
 
             upgrade(db_url)
             seeded = seed_file(db_url, args.seed_file) if args.seed_file else seed_synthetic(db_url, args.device)
@@ -467,14 +467,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _program() -> str:
-    """How this run was started, for the report: `python -m service.loadtest` when it was."""
+    """How this run was started, for the report: `python -m kernelsearch.service.loadtest` when it was."""
     if Path(sys.argv[0]).resolve() == Path(__file__).resolve():
-        return "python -m service.loadtest"
+        return "python -m kernelsearch.service.loadtest"
     return Path(sys.argv[0]).as_posix()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m service.loadtest",
+    ap = argparse.ArgumentParser(prog="python -m kernelsearch.service.loadtest",
                                  description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--spawn", action="store_true",

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from kernels import get_kernel, set_provider
-from kernels import provider as kprovider
+from kernelsearch.kernels import get_kernel, set_provider
+from kernelsearch.kernels import provider as kprovider
 
 from .client import Client, ClientError
 from .settings import Settings
@@ -146,7 +146,7 @@ def _local_store(settings: Settings) -> Any | None:
         if not path or path.startswith(":memory:") or not Path(path).exists():
             return None
     try:
-        from db.store import Store
+        from kernelsearch.db.store import Store
 
         return Store(url)
     except Exception as exc:

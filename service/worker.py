@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from db.errors import StoreError, StoreUnavailable
+from kernelsearch.db.errors import StoreError, StoreUnavailable
 
 from .metrics import Metrics
 from .settings import Settings
@@ -79,7 +79,7 @@ class Worker:
     def runner(self) -> Any:
         """The tuner's child-process trial runner, started on first use and kept for all jobs."""
         if self._runner is None:
-            from search_space.runner import TrialRunner
+            from kernelsearch.search_space.runner import TrialRunner
 
             self._runner = TrialRunner(trial_timeout_s=self.settings.trial_timeout_s,
                                        kernel_modules=self.kernel_modules)
@@ -141,7 +141,7 @@ class Worker:
 
     def _run_job(self, job: Any, lease: _Lease) -> tuple[str | None, str | None]:
         """(final status, error), or (None, None) when the job must be left as it is."""
-        from search_space.tuner import tune_case
+        from kernelsearch.search_space.tuner import tune_case
 
         deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
 

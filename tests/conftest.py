@@ -102,8 +102,8 @@ def db_url(request: pytest.FixtureRequest) -> str:
 
 def _migrated_store(url: str) -> Iterator[object]:
     """The body of the store fixtures: upgrade the database, yield a Store on it, close it."""
-    from db.engine import upgrade
-    from db.store import Store
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.db.store import Store
 
     upgrade(url)
     with Store(url) as s:

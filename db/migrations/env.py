@@ -11,8 +11,8 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection
 
-from db.engine import VERSION_TABLE, make_engine
-from db.models import Base, UTCDateTime
+from kernelsearch.db.engine import VERSION_TABLE, make_engine
+from kernelsearch.db.models import Base, UTCDateTime
 
 config = context.config
 target_metadata = Base.metadata

@@ -1,4 +1,4 @@
-"""Container healthchecks: `python -m service.deploy.healthcheck api|worker` exits 0 when healthy.
+"""Container healthchecks: `python -m kernelsearch.service.deploy.healthcheck api|worker` exits 0 when healthy.
 
 The image has no curl, and a check must not start the whole CLI (torch import) every few
 seconds (`service/__init__.py` and `service/deploy/__init__.py` import nothing, so `-m` stays
@@ -63,7 +63,7 @@ CHECKS = {"api": check_api, "worker": check_worker}
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in CHECKS:
-        print(f"usage: python -m service.deploy.healthcheck {'|'.join(CHECKS)}", file=sys.stderr)
+        print(f"usage: python -m kernelsearch.service.deploy.healthcheck {'|'.join(CHECKS)}", file=sys.stderr)
         return 2
     problem = CHECKS[argv[0]]()
     if problem:

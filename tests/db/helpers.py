@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from db.store import RecordIn
+from kernelsearch.db.store import RecordIn
 
 KERNEL = "vision_rope_generation_bwd"
 DEVICE = "NVIDIA H200"

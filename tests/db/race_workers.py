@@ -5,7 +5,7 @@ import time
 
 from helpers import make_record
 
-from db.store import Store
+from kernelsearch.db.store import Store
 
 
 def _wait(start_at: float) -> None:
@@ -46,7 +46,7 @@ def import_doc(url: str, doc: dict, start_at: float) -> tuple[int, int, int]:
 
 def create_limited(url: str, n: int, limit: int, start_at: float) -> int:
     """Try to queue n jobs under a queue limit; returns how many were accepted."""
-    from db.errors import Conflict
+    from kernelsearch.db.errors import Conflict
 
     ok = 0
     with Store(url) as store:

@@ -7,8 +7,8 @@ import pytest
 from helpers import KERNEL, make_record
 from typer.testing import CliRunner
 
-from db.store import Store
-from service.cli import app
+from kernelsearch.db.store import Store
+from kernelsearch.service.cli import app
 
 runner = CliRunner()
 

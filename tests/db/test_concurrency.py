@@ -9,8 +9,8 @@ from collections import Counter
 import race_workers
 from helpers import DEVICE, KERNEL, make_record
 
-from db.engine import upgrade
-from db.store import Store
+from kernelsearch.db.engine import upgrade
+from kernelsearch.db.store import Store
 
 N_PROCS = 4
 # Spawned children need ~1 s to import SQLAlchemy and connect; start them together after that.

@@ -6,7 +6,7 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect, text
 
-from db.engine import (
+from kernelsearch.db.engine import (
     VERSION_TABLE,
     alembic_config,
     check_schema,
@@ -15,8 +15,8 @@ from db.engine import (
     make_engine,
     upgrade,
 )
-from db.errors import SchemaBehind
-from db.models import Base
+from kernelsearch.db.errors import SchemaBehind
+from kernelsearch.db.models import Base
 
 
 def _alembic_check(url: str) -> None:

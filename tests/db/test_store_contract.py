@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from helpers import DEVICE, KERNEL, make_record
 
-from db.errors import Conflict, ImportRejected, SchemaBehind, StoreUnavailable
-from db.store import EXPORT_SCHEMA, Store
+from kernelsearch.db.errors import Conflict, ImportRejected, SchemaBehind, StoreUnavailable
+from kernelsearch.db.store import EXPORT_SCHEMA, Store
 
 CASES = [{"total_patches": 64}, {"total_patches": 128}]
 
@@ -268,7 +268,7 @@ def test_export_import_round_trip_is_idempotent(store: Store, tmp_path) -> None:
     assert store.records_version() == v
 
     # Into a second, empty store (SQLite): same current records and history, twice over.
-    from db.engine import upgrade
+    from kernelsearch.db.engine import upgrade
 
     other_url = f"sqlite:///{tmp_path / 'other.db'}"
     upgrade(other_url)

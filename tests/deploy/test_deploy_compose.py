@@ -39,7 +39,7 @@ def compose() -> dict:
 
 
 def _gpu_workers():
-    return importlib.import_module("service.deploy.gpu_workers")
+    return importlib.import_module("kernelsearch.service.deploy.gpu_workers")
 
 
 def _module_cli(module: str, *args: str, **kw) -> subprocess.CompletedProcess:
@@ -96,11 +96,11 @@ def test_healthchecks_and_restart_policies(compose):
         assert svc["restart"] in ("always", "unless-stopped"), name
     for name in ("api", "worker"):
         test = compose["services"][name]["healthcheck"]["test"]
-        assert test[1:] == ["python", "-m", "service.deploy.healthcheck", name], test
+        assert test[1:] == ["python", "-m", "kernelsearch.service.deploy.healthcheck", name], test
     assert (DEPLOY / "healthcheck.py").is_file() and (DEPLOY / "__init__.py").is_file()
     for doc in (compose, load_compose(WORKER_HOST_FILE)):
         assert doc["services"]["worker"]["healthcheck"]["test"][1:] == \
-            ["python", "-m", "service.deploy.healthcheck", "worker"]
+            ["python", "-m", "kernelsearch.service.deploy.healthcheck", "worker"]
 
 
 @pytest.mark.parametrize("path", [COMPOSE_FILE, WORKER_HOST_FILE], ids=lambda p: p.name)
@@ -220,26 +220,26 @@ def test_gpu_override_pins_one_worker_per_gpu(compose):
 
 
 def test_gpu_workers_cli_rejects_bad_count():
-    out = _module_cli("service.deploy.gpu_workers", "--gpus", "two")
+    out = _module_cli("kernelsearch.service.deploy.gpu_workers", "--gpus", "two")
     assert out.returncode == 2 and "--gpus must be an integer" in out.stderr
 
 
 def test_healthcheck_module_cli():
-    """`python -m service.deploy.healthcheck` as the compose files run it: usage error without a
+    """`python -m kernelsearch.service.deploy.healthcheck` as the compose files run it: usage error without a
     check name, and an unhealthy answer (exit 1) when nothing listens on the API port."""
-    out = _module_cli("service.deploy.healthcheck")
-    assert out.returncode == 2 and "usage: python -m service.deploy.healthcheck" in out.stderr
+    out = _module_cli("kernelsearch.service.deploy.healthcheck")
+    assert out.returncode == 2 and "usage: python -m kernelsearch.service.deploy.healthcheck" in out.stderr
     with socket.socket() as s:  # a port that was free a moment ago, now closed again
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = _module_cli("service.deploy.healthcheck", "api",
+    out = _module_cli("kernelsearch.service.deploy.healthcheck", "api",
                       env={"PATH": "/usr/bin:/bin", "KS_API_PORT": str(port)})
     assert out.returncode == 1 and "unreachable" in out.stderr, out.stderr
 
 
 @needs_compose
 def test_docker_compose_merges_gpu_override(tmp_path):
-    out = _module_cli("service.deploy.gpu_workers", "--gpus", "3", check=True)
+    out = _module_cli("kernelsearch.service.deploy.gpu_workers", "--gpus", "3", check=True)
     override = ROOT / f".ks-test-gpus-{tmp_path.name}.yml"  # beside the base file, as documented
     override.write_text(out.stdout)
     try:

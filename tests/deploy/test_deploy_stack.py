@@ -86,7 +86,7 @@ def test_compose_stack_tunes_a_job_and_serves_it(stack):
         assert sorted(r["case"]["seq_len"] for r in records) == [2, 3]
 
     # The compose healthchecks pass against the running processes: the compose file's own
-    # `test` argv (`python -m service.deploy.healthcheck ...`), run from the repository root as
+    # `test` argv (`python -m kernelsearch.service.deploy.healthcheck ...`), run from the repository root as
     # the image runs it from /app.
     compose = load_compose()
     for service, extra in (("api", {"KS_API_PORT": stack.env["KS_API_PORT"]}),

@@ -6,17 +6,17 @@ import random
 import pytest
 import torch
 
-import kernels
-from kernels.spec import KernelDef
+from kernelsearch import kernels
+from kernelsearch.kernels.spec import KernelDef
 
 ON_GPU = torch.cuda.is_available()
 
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU; the same checks run under the interpreter")
 
 
-@pytest.fixture(params=sorted(kernels.KERNELS), ids=lambda n: n.split("_")[2])
+@pytest.fixture(params=kernels.kernel_names(), ids=lambda n: n.split("_")[2])
 def kdef(request) -> KernelDef:
-    return kernels.KERNELS[request.param]
+    return kernels.get_kernel(request.param)
 
 
 def _sample_configs(k: KernelDef, n: int, seed: int) -> list[dict]:

@@ -7,19 +7,21 @@ import math
 import pytest
 import torch
 
-from kernels import provider
-from kernels.check import check_config, rel_error
-from kernels.errors import FailureKind, InvalidConfig, WrongResult, classify
-from kernels.measure import WALLCLOCK, Timing, time_call
+from kernelsearch import kernels
+from kernelsearch.kernels import provider
+from kernelsearch.kernels.check import check_config, rel_error
+from kernelsearch.kernels.errors import FailureKind, InvalidConfig, WrongResult, classify
+from kernelsearch.kernels.measure import WALLCLOCK, Timing, time_call
 
 ON_GPU = torch.cuda.is_available()
 
 
-def test_import_names():
-    from kernels import vision_rope3d_spatial_merge_bwd, vision_rope_generation_bwd
+def test_builtin_kernels_come_through_the_entry_point_group():
+    from importlib.metadata import entry_points
 
-    assert vision_rope_generation_bwd.name == "vision_rope_generation_bwd"
-    assert vision_rope3d_spatial_merge_bwd.name == "vision_rope3d_spatial_merge_bwd"
+    names = {ep.name for ep in entry_points(group="kernelsearch.kernels")}
+    assert {"vision_rope_generation_bwd", "vision_rope3d_spatial_merge_bwd"} <= names
+    assert set(kernels.kernel_names()) >= names
 
 
 def test_describe_is_json(kdef):
@@ -236,7 +238,7 @@ def test_wrong_result_is_detected(kdef, small_axes, monkeypatch):
         monkeypatch.setattr(kdef, "launch", fake)
         res = check_config(kdef, axes, kdef.default_config, seed=1)
         assert not res.ok
-        from kernels.check import assert_correct
+        from kernelsearch.kernels.check import assert_correct
 
         with pytest.raises(WrongResult):
             assert_correct(kdef, axes, kdef.default_config, seed=1)

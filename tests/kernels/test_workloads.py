@@ -6,9 +6,9 @@ import importlib
 import pytest
 import torch
 
-from kernels import vision_rope3d_spatial_merge_bwd as B
-from kernels import vision_rope_generation_bwd as A
-from kernels.check import check_config
+from kernelsearch.kernels.vision_rope3d_spatial_merge_bwd import KERNEL as B
+from kernelsearch.kernels.vision_rope_generation_bwd import KERNEL as A
+from kernelsearch.kernels.check import check_config
 
 def gpu(fn):
     """Marked `gpu` and skipped without one; the same checks run under the interpreter."""
@@ -64,7 +64,7 @@ def test_a_fixed_sum_poisons_out_of_range_partials_and_recovers():
 
 
 def test_a_fixed_sum_folds_more_tiles_past_its_program_limit(monkeypatch):
-    mod = importlib.import_module("kernels.vision_rope_generation_bwd")
+    mod = importlib.import_module("kernelsearch.kernels.vision_rope_generation_bwd")
 
     grids = []
 
@@ -146,7 +146,7 @@ def test_gpu_a_one_launch_per_call():
 @gpu
 @pytest.mark.parametrize("kname", ["vision_rope_generation_bwd", "vision_rope3d_spatial_merge_bwd"])
 def test_gpu_all_suite_cases_correct_default(kname):
-    import kernels
+    from kernelsearch import kernels
 
     k = kernels.get_kernel(kname)
     for c in k.cases:
@@ -156,7 +156,7 @@ def test_gpu_all_suite_cases_correct_default(kname):
 
 @gpu
 def test_gpu_timing_is_cupti():
-    from kernels.measure import CUPTI, measure_config
+    from kernelsearch.kernels.measure import CUPTI, measure_config
 
     t = measure_config(B, {"seq_len": 128}, B.default_config, n=5)
     assert t.method == CUPTI and t.n == 5 and t.median_us > 0

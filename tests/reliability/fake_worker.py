@@ -17,11 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "search_space"))
 
 import ks_fake_kernels  # noqa: E402  (registers the kernel in this process)
 
-import search_space.tuner as tuner  # noqa: E402
-from db.store import Store  # noqa: E402
-from search_space.space import SearchSpace  # noqa: E402
-from service.settings import Settings  # noqa: E402
-from service.worker import Worker  # noqa: E402
+import kernelsearch.search_space.tuner as tuner  # noqa: E402
+from kernelsearch.db.store import Store  # noqa: E402
+from kernelsearch.search_space.space import SearchSpace  # noqa: E402
+from kernelsearch.service.settings import Settings  # noqa: E402
+from kernelsearch.service.worker import Worker  # noqa: E402
 
 
 def main() -> None:

@@ -29,9 +29,9 @@ def _wait_final(store, job_id: int, proc: subprocess.Popen, log: Path, timeout: 
 
 
 def test_hanging_and_crashing_candidates_do_not_take_the_worker_down(sqlite_url, tmp_path):
-    from db.engine import upgrade
-    from db.store import Store
-    from kernels.device import INTERPRETER_DEVICE
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.db.store import Store
+    from kernelsearch.kernels.device import INTERPRETER_DEVICE
 
     upgrade(sqlite_url)
     store = Store(sqlite_url)

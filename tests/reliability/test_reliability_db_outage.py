@@ -32,8 +32,8 @@ def _until(pred, timeout: float, what: str, stack: Stack):
 
 
 def test_api_and_worker_survive_a_database_outage(pg_url, tmp_path):
-    from db.engine import upgrade
-    from db.store import Store
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.db.store import Store
 
     from svc_record import a_record
 

@@ -32,9 +32,9 @@ def _wait(pred, timeout: float, what: str, stack: Stack) -> None:
 
 
 def test_sigkilled_worker_job_resumed_exactly(db_url, tmp_path):
-    from db.store import Store
-    from kernels.device import INTERPRETER_DEVICE
-    from search_space.tuner import A_CONFIG, A_RUN, study_name
+    from kernelsearch.db.store import Store
+    from kernelsearch.kernels.device import INTERPRETER_DEVICE
+    from kernelsearch.search_space.tuner import A_CONFIG, A_RUN, study_name
 
     stack = Stack(tmp_path, {
         "KS_DATABASE_URL": db_url, "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none",

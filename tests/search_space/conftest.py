@@ -13,8 +13,8 @@ if str(HERE) not in sys.path:
 
 import ks_fake_kernels  # noqa: E402  (registers the test kernel in this process)
 
-from search_space.runner import TrialRunner  # noqa: E402
-from search_space.space import SearchSpace  # noqa: E402
+from kernelsearch.search_space.runner import TrialRunner  # noqa: E402
+from kernelsearch.search_space.space import SearchSpace  # noqa: E402
 
 FAKE = ks_fake_kernels.NAME
 
@@ -30,8 +30,8 @@ def fake_space(modes=("ok",), blocks=(16, 32)) -> SearchSpace:
 @pytest.fixture
 def ss_store(sqlite_url: str) -> Iterator[tuple[object, str]]:
     """(Store, url) on a migrated SQLite file; Optuna's tables go into the same file."""
-    from db.engine import upgrade
-    from db.store import Store
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.db.store import Store
 
     upgrade(sqlite_url)
     s = Store(sqlite_url)

@@ -1,6 +1,6 @@
 """A test-only kernel whose configs misbehave on purpose: wrong results, crashes, hangs.
 
-Importing this module registers it in `kernels.KERNELS`; the trial runner imports it in its
+Importing this module registers it in the kernel registry; the trial runner imports it in its
 child process through `TrialRunner(kernel_modules=["ks_fake_kernels"])`. Nothing in kernels/ is
 edited: it is a real Triton kernel (y = FACTOR * x) declared through the same KernelDef.
 """
@@ -15,10 +15,10 @@ import torch
 import triton
 import triton.language as tl
 
-import kernels
-from kernels.device import default_device
-from kernels.errors import CompileError
-from kernels.spec import Axis, KernelDef, Param
+from kernelsearch import kernels
+from kernelsearch.kernels.device import default_device
+from kernelsearch.kernels.errors import CompileError
+from kernelsearch.kernels.spec import Axis, KernelDef, Param
 
 NAME = "ks_test_scale"
 # Seconds a compile-pool process sleeps while importing this module: a pool that is slow to
@@ -81,4 +81,4 @@ KERNEL = KernelDef(
     bytes_moved=lambda axes: 8 * int(axes["n"]), check_inputs=lambda x: None,
 )
 
-kernels.KERNELS[NAME] = KERNEL
+kernels.register(KERNEL, replace=True)

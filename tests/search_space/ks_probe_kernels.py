@@ -15,10 +15,10 @@ import torch
 import triton
 import triton.language as tl
 
-import kernels
+from kernelsearch import kernels
 import ks_fake_kernels  # the same draws and reference as ks_test_scale
-from kernels.device import default_device  # noqa: F401  (tests call it from here)
-from kernels.spec import Axis, KernelDef, Param
+from kernelsearch.kernels.device import default_device  # noqa: F401  (tests call it from here)
+from kernelsearch.kernels.spec import Axis, KernelDef, Param
 
 NAME = "ks_test_probe"
 LOG_ENV = "KS_TEST_PROBE_LOG"
@@ -87,4 +87,4 @@ KERNEL = KernelDef(
     bytes_moved=lambda axes: 8 * int(axes["n"]), check_inputs=lambda x: None,
 )
 
-kernels.KERNELS[NAME] = KERNEL
+kernels.register(KERNEL, replace=True)

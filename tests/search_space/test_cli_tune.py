@@ -5,7 +5,7 @@ import json
 
 from typer.testing import CliRunner
 
-from service.cli import app
+from kernelsearch.service.cli import app
 
 
 def test_tune_cli_end_to_end(sqlite_url, tmp_path):
@@ -19,7 +19,7 @@ def test_tune_cli_end_to_end(sqlite_url, tmp_path):
     doc = json.loads(out.read_text())
     assert [d["axes"] for d in doc] == [{"total_patches": 2}, {"total_patches": 3}]
     assert all(d["n_complete"] + d["n_failed"] == 2 for d in doc)
-    from db.store import Store
+    from kernelsearch.db.store import Store
 
     with Store(sqlite_url) as store:
         recs = store.list_records("vision_rope_generation_bwd")

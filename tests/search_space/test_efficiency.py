@@ -5,8 +5,8 @@ import json
 
 import optuna
 
-from search_space.efficiency import TableRunner, _grid_table, best_so_far, trials_to_within
-from search_space.tuner import tune_case
+from kernelsearch.search_space.efficiency import TableRunner, _grid_table, best_so_far, trials_to_within
+from kernelsearch.search_space.tuner import tune_case
 
 from conftest import FAKE, fake_space
 

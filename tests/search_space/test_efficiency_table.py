@@ -1,4 +1,4 @@
-"""`python -m search_space.efficiency --table`: the search experiment over a kernels.explore JSON.
+"""`python -m kernelsearch.search_space.efficiency --table`: the search experiment over a kernels.explore JSON.
 
 A tiny synthetic table for workload B (no GPU): a product grid ROWS x BLOCK_D x num_warps, one
 row of it wrong, one that today's kernel rejects (a register-spill rule) and one extra row outside
@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 
-from kernels import get_kernel
-from search_space.efficiency import main
+from kernelsearch.kernels import get_kernel
+from kernelsearch.search_space.efficiency import main
 
 B = "vision_rope3d_spatial_merge_bwd"
 CASES = (2, 4)  # seq_len 211 and 128
@@ -63,7 +63,7 @@ def _table(path) -> dict[int, dict]:
 
 
 def test_table_replay_stays_on_the_grid_and_warm_starts_from_the_other_case(tmp_path):
-    from db.store import Store
+    from kernelsearch.db.store import Store
 
     src = tmp_path / "explore_b.json"
     expect = _table(src)

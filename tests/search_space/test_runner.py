@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from search_space.runner import TrialOutcome, TrialRunner
+from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
 
 from conftest import FAKE
 

@@ -18,11 +18,11 @@ from optuna.trial import TrialState
 
 import ks_fake_kernels
 import ks_probe_kernels as probe
-from kernels.check import InputCache, check_config
-from search_space import runner as runner_mod
-from search_space.runner import TrialOutcome, TrialRunner
-from search_space.space import SearchSpace
-from search_space.tuner import tune_case
+from kernelsearch.kernels.check import InputCache, check_config
+from kernelsearch.search_space import runner as runner_mod
+from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
+from kernelsearch.search_space.space import SearchSpace
+from kernelsearch.search_space.tuner import tune_case
 
 from conftest import FAKE
 
@@ -296,7 +296,7 @@ def test_the_next_cases_warm_start_is_prefetched_before_this_case_ends(ss_store)
 def test_a_next_case_that_cannot_be_prefetched_does_not_fail_this_one(ss_store, caplog):
     store, _ = ss_store
     r = _InstantRunner(optuna.storages.InMemoryStorage(), "hint")
-    with caplog.at_level(logging.WARNING, logger="search_space.tuner"):
+    with caplog.at_level(logging.WARNING, logger="kernelsearch.search_space.tuner"):
         # The test kernel has no packaged space: the look-ahead fails, the case does not.
         res = _tune(store, r, 6, "hint", next_case=(FAKE, {"n": 8}))
     assert res.stopped_because == "n_trials" and res.n_run_now == 6

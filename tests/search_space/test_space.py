@@ -6,10 +6,10 @@ import random
 import optuna
 import pytest
 
-import kernels
-from kernels.errors import InvalidConfig
-from search_space.safe_expr import ExprError, SafeExpr
-from search_space.space import SearchSpace, SpaceError, get_space, load_space
+from kernelsearch import kernels
+from kernelsearch.kernels.errors import InvalidConfig
+from kernelsearch.search_space.safe_expr import ExprError, SafeExpr
+from kernelsearch.search_space.space import SearchSpace, SpaceError, get_space, load_space
 
 NAMES = sorted(n for n in ("vision_rope_generation_bwd", "vision_rope3d_spatial_merge_bwd"))
 

@@ -15,8 +15,8 @@ import torch
 from optuna.trial import TrialState
 
 import ks_fake_kernels
-from search_space.space import SearchSpace, SpaceError
-from search_space.tuner import SAMPLERS, TuneError, study_name, tune_case
+from kernelsearch.search_space.space import SearchSpace, SpaceError
+from kernelsearch.search_space.tuner import SAMPLERS, TuneError, study_name, tune_case
 
 from conftest import FAKE, HERE, TEST_COMPILE_WORKERS, fake_space
 
@@ -96,7 +96,7 @@ def test_a_wrong_config_is_never_a_record(ss_store, runner):
 
 
 def test_crash_and_timeout_are_failed_trials(ss_store):
-    from search_space.runner import TrialRunner
+    from kernelsearch.search_space.runner import TrialRunner
 
     store, url = ss_store
     with TrialRunner(trial_timeout_s=3.0, kernel_modules=["ks_fake_kernels"],
@@ -157,9 +157,9 @@ _KILLED_TUNER = """
 import sys
 sys.path.insert(0, {here!r})
 from conftest import FAKE, TEST_COMPILE_WORKERS, fake_space
-from db.store import Store
-from search_space.runner import TrialRunner
-from search_space.tuner import tune_case
+from kernelsearch.db.store import Store
+from kernelsearch.search_space.runner import TrialRunner
+from kernelsearch.search_space.tuner import tune_case
 if __name__ == "__main__":
     with TrialRunner(trial_timeout_s=30, kernel_modules=["ks_fake_kernels"],
                      compile_workers=TEST_COMPILE_WORKERS) as r:
@@ -261,7 +261,7 @@ def test_a_seed_outside_the_space_is_refused_at_load():
 
 
 def test_shipped_seeds_are_valid_and_survive_only_matching_restrictions():
-    from search_space.space import get_space
+    from kernelsearch.search_space.space import get_space
 
     a = get_space("vision_rope_generation_bwd")
     assert len(a.seeds) >= 3

@@ -8,9 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 from svc_helpers import H200, record, settings_for
 
-from db.store import Store
-from service.api import create_app
-from service.settings import Settings
+from kernelsearch.db.store import Store
+from kernelsearch.service.api import create_app
+from kernelsearch.service.settings import Settings
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import kernels
-from db.store import RecordIn
-from kernels.device import versions
-from service.settings import Settings
+from kernelsearch import kernels
+from kernelsearch.db.store import RecordIn
+from kernelsearch.kernels.device import versions
+from kernelsearch.service.settings import Settings
 
 KA = "vision_rope_generation_bwd"
 KB = "vision_rope3d_spatial_merge_bwd"

@@ -5,7 +5,7 @@ import json
 
 from typer.testing import CliRunner
 
-from service.cli import app
+from kernelsearch.service.cli import app
 
 runner = CliRunner()
 

@@ -6,10 +6,10 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-import kernels
-from db.errors import SchemaBehind
-from db.store import Store
-from service.api import create_app
+from kernelsearch import kernels
+from kernelsearch.db.errors import SchemaBehind
+from kernelsearch.db.store import Store
+from kernelsearch.service.api import create_app
 
 from svc_helpers import H200, KA, KB, settings_for
 
@@ -26,7 +26,7 @@ def test_healthz_ok(client: TestClient) -> None:
 def test_kernels_and_cases(sqlite_client: TestClient) -> None:
     r = sqlite_client.get("/v1/kernels")
     assert r.status_code == 200
-    assert {k["name"] for k in r.json()} == set(kernels.KERNELS)
+    assert {k["name"] for k in r.json()} == set(kernels.all_kernels())
     one = sqlite_client.get(f"/v1/kernels/{KA}").json()
     assert one["axes"][0]["name"] == "total_patches"
     assert "num_images" in one["extra_axes"]
@@ -263,7 +263,7 @@ def test_openapi_documents_every_route(sqlite_client: TestClient) -> None:
 
 
 def test_refuses_to_start_on_an_old_schema(sqlite_url: str) -> None:
-    from db.store import Store
+    from kernelsearch.db.store import Store
 
     app = create_app(settings_for(sqlite_url), store=Store(sqlite_url))
     with pytest.raises(SchemaBehind, match="kernelsearch db upgrade"):

@@ -10,7 +10,7 @@ import time
 from svc_helpers import free_port
 from typer.testing import CliRunner
 
-from service.cli import app
+from kernelsearch.service.cli import app
 
 
 def test_commands_refuse_an_unmigrated_database(sqlite_url: str) -> None:
@@ -23,8 +23,8 @@ def test_commands_refuse_an_unmigrated_database(sqlite_url: str) -> None:
 
 
 def test_worker_once_with_an_empty_queue(sqlite_url: str) -> None:
-    from db.engine import upgrade
-    from service.settings import get_settings
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.service.settings import get_settings
 
     upgrade(sqlite_url)
     get_settings.cache_clear()
@@ -40,14 +40,14 @@ def _run(args: list[str], url: str) -> subprocess.Popen:
     env = {**os.environ, "KS_DATABASE_URL": url, "KS_WORKER_POLL_SECONDS": "0.2",
            "KS_LOG_LEVEL": "INFO"}
     env.pop("KS_SERVICE_URL", None)
-    return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "kernelsearch.service.cli", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def test_serve_and_worker_stop_on_sigterm(sqlite_url: str) -> None:
     import httpx
 
-    from db.engine import upgrade
+    from kernelsearch.db.engine import upgrade
 
     upgrade(sqlite_url)
     port = free_port()

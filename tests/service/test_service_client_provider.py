@@ -8,14 +8,14 @@ import pytest
 import torch
 from svc_helpers import H200, KB, LiveServer, free_port, record, settings_for
 
-import kernels
-from db.store import Store
-from kernels import provider as kprovider
-from kernels.device import INTERPRETER_DEVICE
-from service.api import create_app
-from service.client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
+from kernelsearch import kernels
+from kernelsearch.db.store import Store
+from kernelsearch.kernels import provider as kprovider
+from kernelsearch.kernels.device import INTERPRETER_DEVICE
+from kernelsearch.service.api import create_app
+from kernelsearch.service.client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
                             TooManyRequests, Unauthorized)
-from service.provider import ServiceProvider, StoreProvider, install_default_provider
+from kernelsearch.service.provider import ServiceProvider, StoreProvider, install_default_provider
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +37,7 @@ def server(sqlite_store: Store) -> Iterator[LiveServer]:
 def test_client_lookups(server: LiveServer) -> None:
     with Client(server.url) as c:
         assert c.health()["status"] == "ok"
-        assert {k["name"] for k in c.kernels()} == set(kernels.KERNELS)
+        assert {k["name"] for k in c.kernels()} == set(kernels.all_kernels())
         b = c.best(KB, H200, seq_len=4000)
         assert b["match"] == "nearest" and b["config"] == {"ROWS": 8}
         assert len(c.records(kernel=KB, device=H200)) == 2
@@ -126,7 +126,7 @@ def _kernel_b_inputs(seq_len: int) -> tuple[torch.Tensor, ...]:
 
 def test_kernel_call_never_fails_with_the_service_down(sqlite_url: str) -> None:
     """KS_SERVICE_URL on a dead port: the call still runs, with the local store's config."""
-    from db.engine import upgrade
+    from kernelsearch.db.engine import upgrade
 
     upgrade(sqlite_url)
     local = Store(sqlite_url)
@@ -137,7 +137,7 @@ def test_kernel_call_never_fails_with_the_service_down(sqlite_url: str) -> None:
     p = install_default_provider(settings)
     assert isinstance(p, ServiceProvider) and isinstance(p.fallback, StoreProvider)
     inputs = _kernel_b_inputs(2)
-    outs = kernels.vision_rope3d_spatial_merge_bwd(*inputs)
+    outs = kernels.get_kernel("vision_rope3d_spatial_merge_bwd")(*inputs)
     ref = kernels.get_kernel(KB).reference(*inputs)
     for got, want in zip(outs, ref):
         assert torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-5)
@@ -151,6 +151,6 @@ def test_kernel_call_with_nothing_reachable_uses_the_default(tmp_path) -> None:
                             service_url=f"http://127.0.0.1:{free_port()}", provider_timeout_s=0.3)
     p = install_default_provider(settings)
     assert p.fallback is None and not (tmp_path / "absent.db").exists()
-    outs = kernels.vision_rope3d_spatial_merge_bwd(*_kernel_b_inputs(1))
+    outs = kernels.get_kernel("vision_rope3d_spatial_merge_bwd")(*_kernel_b_inputs(1))
     assert outs[0].shape == (1, 16, 128)
     assert kprovider.lookup(KB, {"seq_len": 1}, INTERPRETER_DEVICE) is None

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from svc_helpers import H200, KA, KB, LiveServer, record, settings_for
 
-from db.store import Store
-from service.api import create_app
+from kernelsearch.db.store import Store
+from kernelsearch.service.api import create_app
 
 XSS = '<script>document.title="pwned"</script><img src=x onerror="document.body.dataset.pwned=1">'
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

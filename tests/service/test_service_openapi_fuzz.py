@@ -9,9 +9,9 @@ from svc_helpers import KB, record, settings_for
 
 schemathesis = pytest.importorskip("schemathesis")
 
-from db.engine import upgrade  # noqa: E402
-from db.store import Store  # noqa: E402
-from service.api import create_app  # noqa: E402
+from kernelsearch.db.engine import upgrade  # noqa: E402
+from kernelsearch.db.store import Store  # noqa: E402
+from kernelsearch.service.api import create_app  # noqa: E402
 
 # Schemathesis reads the schema at collection, so the app (and its database) exist from then;
 # the folder is removed when the test process exits.

@@ -7,8 +7,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from svc_helpers import H200, KB, free_port, record, settings_for
 
-from db.store import Store
-from service.api import create_app
+from kernelsearch.db.store import Store
+from kernelsearch.service.api import create_app
 
 DB_ROUTES = ("/healthz", "/v1/records", "/v1/jobs", "/v1/jobs/1", "/",
              f"/v1/best?kernel={KB}&device=x&seq_len=4")

@@ -18,11 +18,11 @@ import pytest
 from fastapi.testclient import TestClient
 from svc_helpers import KB, settings_for
 
-from db.store import Store
-from kernels.device import INTERPRETER_DEVICE
-from search_space.runner import TrialRunner
-from service.api import create_app
-from service.worker import Worker
+from kernelsearch.db.store import Store
+from kernelsearch.kernels.device import INTERPRETER_DEVICE
+from kernelsearch.search_space.runner import TrialRunner
+from kernelsearch.service.api import create_app
+from kernelsearch.service.worker import Worker
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -114,7 +114,7 @@ def test_killed_worker_process_is_replaced(sqlite_store: Store, runner: TrialRun
            "KS_HEARTBEAT_SECONDS": "0.5", "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none",
            "KS_WORKER_ID": "doomed", "KS_API_TOKEN": ""}
     env.pop("KS_SERVICE_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--once"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.service.cli", "worker", "--once"], env=env,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "w.log", "wb"),
                             start_new_session=True)
     try:

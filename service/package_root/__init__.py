@@ -1,0 +1,41 @@
+"""kernelsearch: tuned Triton configs kept in a database and served, instead of re-tuned per process.
+
+This folder is the installed `kernelsearch` package itself (pyproject.toml maps it, and maps
+`kernels/`, `search_space/`, `db/` and `service/` beneath it): the repository's top level is fixed,
+so the root of the import namespace lives here. Names resolve lazily, so `import kernelsearch`
+stays cheap and pulls in torch or the service only when one of them is used.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "autotune": ("kernelsearch.service.autotune", "autotune"),
+    "Autotuner": ("kernelsearch.service.autotune", "Autotuner"),
+    "register": ("kernelsearch.kernels.registry", "register"),
+    "get_kernel": ("kernelsearch.kernels.registry", "get_kernel"),
+    "kernel_names": ("kernelsearch.kernels.registry", "kernel_names"),
+    "KernelDef": ("kernelsearch.kernels.spec", "KernelDef"),
+    "Param": ("kernelsearch.kernels.spec", "Param"),
+    "Axis": ("kernelsearch.kernels.spec", "Axis"),
+    "Case": ("kernelsearch.kernels.spec", "Case"),
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        if name in ("kernels", "search_space", "db", "service"):
+            return importlib.import_module(f"kernelsearch.{name}")
+        raise AttributeError(f"module 'kernelsearch' has no attribute {name!r}") from None
+    return getattr(importlib.import_module(module), attr)
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "kernels", "search_space", "db", "service", "__version__"])

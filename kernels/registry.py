@@ -7,6 +7,7 @@ Nothing above this module names a kernel: it asks the registry.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import threading
 from importlib.metadata import entry_points
@@ -79,7 +80,7 @@ def _register_from(obj: Any, source: str) -> int:
         return _register_from(list(obj.values()), source)
     if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
         return sum(_register_from(o, source) for o in obj)
-    if callable(obj):
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
         return _register_from(obj(), source)
     raise PluginLoadError(f"{source}: gives {type(obj).__name__}, not a kernelsearch KernelDef")
 
@@ -141,7 +142,7 @@ def plugin_errors() -> dict[str, str]:
 def all_kernels() -> dict[str, KernelDef]:
     load_plugins()
     with _lock:
-        return dict(_kernels)
+        return {n: _kernels[n] for n in sorted(_kernels)}
 
 
 def kernel_names() -> list[str]:

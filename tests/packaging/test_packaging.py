@@ -1,0 +1,62 @@
+"""The distribution is one import package, `kernelsearch`: top-level names like `kernels` or
+`service` would collide with other distributions in a user's environment."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ("kernels", "search_space", "db", "service")
+
+
+@pytest.mark.slow
+def test_wheel_has_one_top_level_package(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300)
+    (wheel,) = tmp_path.glob("kernelsearch-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"kernelsearch"}, tops
+    for needed in ("kernelsearch/__init__.py", "kernelsearch/kernels/registry.py",
+                   "kernelsearch/db/alembic.ini", "kernelsearch/db/migrations/env.py",
+                   "kernelsearch/service/cli.py", "kernelsearch/search_space/spaces/"
+                   "vision_rope_generation_bwd.toml",
+                   "kernelsearch/kernels/cases/vision_rope_generation_bwd.json"):
+        assert needed in names, needed
+    entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry).decode()
+    assert "[kernelsearch.kernels]" in text and "kernelsearch.service.cli:main" in text
+
+
+def _bare_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] in FOLDERS]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] in FOLDERS:
+                bad.append(node.module)
+    return bad
+
+
+def test_no_module_imports_the_folders_by_their_bare_names():
+    """`import kernels` would load a second copy of the code from the checkout, not the package."""
+    offenders = {}
+    for folder in (*FOLDERS, "tests"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if bad := _bare_imports(path):
+                offenders[str(path.relative_to(ROOT))] = bad
+    assert not offenders, offenders
+
+
+def test_import_kernelsearch_is_light():
+    """The root package resolves names lazily: importing it must not pull torch in."""
+    code = "import sys, kernelsearch; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

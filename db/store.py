@@ -50,15 +50,19 @@ def _iso(v: Any) -> Any:
     return v.isoformat() if isinstance(v, datetime) else v
 
 
-def axes_key(axes: dict[str, int], *, arg: str = "axes") -> str:
-    """Canonical text of a case's axes (sorted keys), the way cases are matched."""
+def axes_key(axes: dict[str, Any], *, arg: str = "axes") -> str:
+    """Canonical text of a case's axes (sorted keys), the way cases are matched. Values are ints
+    (sizes) or non-empty strings (categories such as a dtype)."""
     if not isinstance(axes, dict) or not axes:
-        raise ValueError(f"{arg}: expected a non-empty dict of axis name -> int, got {axes!r}")
+        raise ValueError(f"{arg}: expected a non-empty dict of axis name -> int or str, got {axes!r}")
     for k, v in axes.items():
         if not isinstance(k, str) or not k:
             raise ValueError(f"{arg}: axis names must be non-empty strings, got {k!r}")
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{arg}[{k!r}]: expected an int, got {v!r}")
+        if isinstance(v, str):
+            if not v or "\x00" in v:
+                raise ValueError(f"{arg}[{k!r}]: expected a non-empty category, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{arg}[{k!r}]: expected an int or a category string, got {v!r}")
     return json.dumps(axes, sort_keys=True, separators=(",", ":"))
 
 
@@ -805,13 +809,19 @@ class Store:
         return self._tx(tx, write=True)
 
     def find_best(
-        self, kernel: str, device: str, axes: dict[str, int], work: float
+        self, kernel: str, device: str, axes: dict[str, Any], work: float,
+        distance: Callable[[dict[str, Any], float], float] | None = None,
     ) -> tuple[RecordView, str] | None:
         """The current record for exactly these axes ("exact"), else the current record of the
-        same kernel and device whose case moves the closest amount of work ("nearest")."""
+        same kernel and device nearest to them ("nearest"). "Nearest" is the kernel's own
+        definition (`KernelDef.distance`, passed as `distance(axes, work)` of a candidate, where
+        an infinite distance means never: another dtype, say); without it, the log ratio of work."""
         key = axes_key(axes)
         if not isinstance(work, (int, float)) or isinstance(work, bool) or not math.isfinite(work):
             raise ValueError(f"work: expected a finite number, got {work!r}")
+        if distance is None:
+            def distance(_axes: dict[str, Any], w: float) -> float:
+                return abs(math.log(max(w, 1.0)) - math.log(max(float(work), 1.0)))
 
         def q(s: Session) -> tuple[RecordView, str] | None:
             base = self._records_query().where(
@@ -820,11 +830,18 @@ class Store:
             row = s.execute(base.where(Case.axes_key == key)).first()
             if row is not None:
                 return self._record_view(row), "exact"
-            row = s.execute(
-                base.where(Case.work.is_not(None))
-                .order_by(func.abs(Case.work - float(work)), Case.id)
-                .limit(1)
-            ).first()
+            cands = s.execute(
+                select(Case.id, Case.axes, Case.work)
+                .join(Record, Record.case_id == Case.id)
+                .join(Kernel, Kernel.id == Case.kernel_id)
+                .join(Device, Device.id == Record.device_id)
+                .where(Kernel.name == kernel, Device.name == device,
+                       Record.is_current.is_(True), Case.work.is_not(None))
+            ).all()
+            ranked = sorted((distance(dict(ax), float(w)), cid) for cid, ax, w in cands)
+            if not ranked or not math.isfinite(ranked[0][0]):
+                return None
+            row = s.execute(base.where(Case.id == ranked[0][1])).first()
             return None if row is None else (self._record_view(row), "nearest")
 
         return self._tx(q, write=False)

@@ -109,6 +109,7 @@ def check_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str
     far; a config that modifies its inputs fails, and the cache forgets them."""
     device = device or default_device()
     cfg = kernel.validate_config(config)
+    rtol = kernel.rtol_for(axes)
     errors: dict[str, float] = {}
     problems: list[str] = []
     for i, dist in enumerate(distributions):
@@ -121,7 +122,8 @@ def check_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str
             inputs = kernel.make_inputs(axes, seed=s, distribution=dist, device=device)
             before = tuple(t.clone() for t in inputs)
             refs = kernel.reference(*inputs)
-        outs = tuple(torch.full(r.shape, math.nan, dtype=torch.float32, device=device) for r in refs)
+        outs = tuple(torch.full(r.shape, math.nan, dtype=dt, device=device)
+                     for r, dt in zip(refs, kernel.output_dtypes_for(axes)))
         kernel.launch(*inputs, config=cfg, out=outs)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -131,8 +133,8 @@ def check_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str
             if math.isnan(e):
                 problems.append(f"{dist}: {name} has NaN/Inf (unwritten or overflow)")
                 worst = math.nan
-            elif e > kernel.rtol:
-                problems.append(f"{dist}: {name} relative error {e:.3g} > {kernel.rtol:g}")
+            elif e > rtol:
+                problems.append(f"{dist}: {name} relative error {e:.3g} > {rtol:g}")
             if not math.isnan(worst):
                 worst = max(worst, e) if not math.isnan(e) else math.nan
         modified = [name for name, a, b in zip(kernel.input_names, inputs, before)

@@ -1,21 +1,97 @@
-"""The declaration every kernel module fills in: its axes, cases, accepted parameters and hooks.
+"""The public kernel contract: the declaration a kernel's module (a user's, or a built-in) fills in.
 
-The tuner, the CLI and the service only ever talk to a kernel through a `KernelDef`, so adding a
-kernel means writing one module, never touching the layers above.
+The tuner, the CLI and the service only ever talk to a kernel through a `KernelDef`, so bringing a
+kernel means writing one module and registering it (`kernelsearch.register`, an entry point in
+the `kernelsearch.kernels` group, or `KS_KERNEL_MODULES`), never touching the layers above.
+Configs are flat mappings in the shape of `triton.Config`: meta-parameters, plus the launch
+options of `LAUNCH_OPTIONS`, which `split_config` keeps apart.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
+import math
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from ._trig import OFF_CASE
 from .errors import InvalidConfig
 
 Tensors = tuple[torch.Tensor, ...]
+AxisValue = int | str
+Axes = Mapping[str, AxisValue]
+
+# Launch options of triton.Config: passed to the launch, not to the kernel as constexprs.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """A config's identity: the one canonical text two equal configs share (store keys, caches)."""
+    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
+
+
+def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(meta-parameters, launch options), as `triton.Config(kwargs, num_warps=...)` holds them."""
+    meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+    launch = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS and v is not None}
+    return meta, launch
+
+
+def from_triton_config(tc: Any) -> dict[str, Any]:
+    """A `triton.Config` as this contract's flat config (launch options Triton leaves unset omitted)."""
+    out = dict(tc.kwargs)
+    for opt in LAUNCH_OPTIONS:
+        v = getattr(tc, opt, None)
+        if v is not None:
+            out[opt] = v
+    return out
+
+
+def to_triton_config(config: Mapping[str, Any]) -> Any:
+    import triton
+
+    meta, launch = split_config(config)
+    return triton.Config(meta, **launch)
+
+
+def params_from_configs(configs: Sequence[Any], *, doc: str = "") -> tuple["Param", ...]:
+    """Params accepting exactly the values a list of configs (triton.Config or mappings) uses;
+    the first config's values are the defaults. Pair with `configs_rule` to accept only the
+    listed combinations."""
+    flat = [from_triton_config(c) if not isinstance(c, Mapping) else dict(c) for c in configs]
+    if not flat:
+        raise ValueError("configs: needs at least one config")
+    names: list[str] = []
+    for c in flat:
+        names += [k for k in c if k not in names]
+    out = []
+    for n in names:
+        vals: list[Any] = []
+        for c in flat:
+            v = c.get(n)
+            if v is not None and not _member(v, tuple(vals)):
+                vals.append(v)
+        default = flat[0].get(n, vals[0])
+        out.append(Param(n, tuple(vals), default, doc))
+    return tuple(out)
+
+
+def configs_rule(configs: Sequence[Any]) -> Callable[[Mapping[str, Any]], str | None]:
+    """A `rules` hook accepting only the listed configs (a decorator's list is the whole space)."""
+    allowed = {config_key(from_triton_config(c) if not isinstance(c, Mapping) else c) for c in configs}
+    names = sorted({k for c in configs for k in (from_triton_config(c) if not isinstance(c, Mapping)
+                                                   else c)})
+
+    def rule(cfg: Mapping[str, Any]) -> str | None:
+        got = config_key({k: cfg[k] for k in names if k in cfg})
+        return None if got in allowed else "not one of the declared configs"
+
+    return rule
 
 
 @dataclass(frozen=True)
@@ -35,12 +111,42 @@ class Param:
 
 @dataclass(frozen=True)
 class Axis:
-    """One shape axis identifying a workload case (e.g. seq_len)."""
+    """One axis identifying a workload case: an integer size in [minimum, maximum] (e.g. seq_len),
+    or, with `choices`, a category such as a dtype (a case's dtype is part of its identity, as
+    `triton.autotune` keys on dtypes). A record is only ever served across equal categories."""
 
     name: str
-    minimum: int
-    maximum: int
+    minimum: int = 1
+    maximum: int = 2**31 - 1
     doc: str = ""
+    choices: tuple[str, ...] = ()
+
+    @property
+    def categorical(self) -> bool:
+        return bool(self.choices)
+
+    def parse(self, v: Any, kernel: str = "") -> AxisValue:
+        """Check one value of this axis: a strict int (no bool, no `1_000`, ASCII digits only) in
+        range, or one of the categories."""
+        where = f"{kernel}: axis {self.name!r}" if kernel else f"axis {self.name!r}"
+        if self.categorical:
+            sv = v
+            if isinstance(sv, torch.dtype):
+                sv = str(sv).removeprefix("torch.")
+            if not isinstance(sv, str) or sv not in self.choices:
+                raise ValueError(f"{where} must be one of {list(self.choices)}, got {v!r}")
+            return sv
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise ValueError(f"{where} must be an integer, got {v!r}")
+        if isinstance(v, str):
+            t = v.strip()
+            body = t[1:] if t[:1] in "+-" else t
+            if not (body.isascii() and body.isdigit()):
+                raise ValueError(f"{where} must be an integer, got {v!r}")
+            v = int(t)
+        if not self.minimum <= v <= self.maximum:
+            raise ValueError(f"{where}={v} outside [{self.minimum}, {self.maximum}]")
+        return int(v)
 
 
 @dataclass(frozen=True)
@@ -48,20 +154,32 @@ class Case:
     """A suite case: its number in the benchmark, the axes that key it, and the rest of its row."""
 
     number: int
-    axes: dict[str, int]
+    axes: dict[str, AxisValue]
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def load_cases(filename: str, axis_names: Sequence[str]) -> tuple[Case, ...]:
-    """Read the suite's cases from the package's own copy of the benchmark's JSON."""
-    text = resources.files(__package__).joinpath("cases", filename).read_text()
-    doc = json.loads(text)
+def cases_from_rows(rows: Iterable[Mapping[str, Any]], axis_names: Sequence[str]) -> tuple[Case, ...]:
+    """Cases from plain rows ({"case": n, axis: value, ...}; without "case" they are numbered
+    from 1); keys other than the axes are kept as the case's info."""
     out = []
-    for row in doc["cases"]:
-        axes = {a: int(row[a]) for a in axis_names}
+    for i, row in enumerate(rows, start=1):
+        axes = {a: (row[a] if isinstance(row[a], str) else int(row[a])) for a in axis_names}
         info = {k: v for k, v in row.items() if k not in axes and k != "case"}
-        out.append(Case(number=int(row["case"]), axes=axes, info=info))
+        out.append(Case(number=int(row.get("case", i)), axes=axes, info=info))
     return tuple(out)
+
+
+def load_cases(filename: str | Path, axis_names: Sequence[str], *,
+               package: str | None = None) -> tuple[Case, ...]:
+    """Cases from a JSON file {"cases": [rows]}: a path, or a file in `package`'s `cases/` folder
+    (the built-in kernels' copy of the benchmark's JSON, or a user package's)."""
+    if package is None and not Path(filename).is_absolute():
+        package = __package__
+    if package is not None:
+        text = resources.files(package).joinpath("cases", str(filename)).read_text()
+    else:
+        text = Path(filename).read_text()
+    return cases_from_rows(json.loads(text)["cases"], axis_names)
 
 
 @dataclass
@@ -76,35 +194,76 @@ class KernelDef:
     cases: tuple[Case, ...]
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
-    # Relative error (norm of difference over norm of reference) a float32 result must stay under.
+    # Relative error (norm of difference over norm of the float64 reference) every output must
+    # stay under; `tolerance` overrides it per case (e.g. fp16/bf16 outputs at their own rtol).
     rtol: float
+    # make_inputs(axes, *, seed, distribution, device) -> input tensors in the launcher's order.
     make_inputs: Callable[..., Tensors]
+    # The maths in float64 (the correctness gate's truth).
     reference: Callable[..., Tensors]
-    torch_reference: Callable[..., Tensors]
+    # The benchmark's eager PyTorch path (eager and torch.compile speedups); None: not compared.
+    torch_reference: Callable[..., Tensors] | None
+    # launch(*inputs, config=<validated full config>, out=<tuple of output tensors>|None).
     launch: Callable[..., Tensors]
-    axes_of: Callable[..., dict[str, int]]
-    bytes_moved: Callable[[Mapping[str, int]], int]
+    axes_of: Callable[..., dict[str, AxisValue]]
+    # Bytes the kernel must move at least: the memory roofline.
+    bytes_moved: Callable[[Axes], int]
     # Raises a ValueError naming the first bad argument.
-    check_inputs: Callable[..., None]
+    check_inputs: Callable[..., None] = lambda *inputs: None
     # Cross-parameter rules: returns a message when the combination is not accepted.
     rules: Callable[[Mapping[str, Any]], str | None] = lambda cfg: None
     # Extra axes a user may give that do not key the case (e.g. num_images for workload A).
     extra_axes: tuple[str, ...] = ()
-    # Choices whose correctness was checked only on the case a record was tuned for (a fast
-    # sin/cos accurate over that case's angles), with what replaces them on any other shape.
-    off_case: Mapping[str, Mapping[Any, Any]] = field(default_factory=lambda: dict(OFF_CASE))
+    # Choices whose correctness was checked only on the case a record was tuned for, with what
+    # replaces them on any other shape (for_other_shape). Empty: every record is served as is.
+    off_case: Mapping[str, Mapping[Any, Any]] = field(default_factory=dict)
     # The Triton handle of the latest launch in this process (registers, spills, shared memory).
     last_compiled: Any = field(default=None, repr=False)
+    # Floating-point operations at least (compute roofline); None: memory-bound only.
+    flops: Callable[[Axes], int] | None = None
+    # Per-case rtol (e.g. by the case's dtype axis); None: `rtol` everywhere.
+    tolerance: Callable[[Axes], float] | None = None
+    # Dtypes of the outputs for a case (the gate poisons outputs of these dtypes); None: float32.
+    output_dtypes: Callable[[Axes], Sequence[torch.dtype]] | None = None
+    # The @triton.jit functions launched: the record's source identity is Triton's JIT cache key
+    # over them and the jit functions they call. Empty: the launcher's module source.
+    triton_kernels: tuple[Any, ...] = ()
+    # The search space: a TOML file (path), a list of configs (triton.Config or mappings), or
+    # None for the packaged spaces/<name>.toml.
+    space: Any = None
+    # The module whose import registers this kernel (child processes import it); default: the
+    # launcher's module.
+    module: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.module is None:
+            self.module = getattr(self.launch, "__module__", None)
 
     @property
     def source_hash(self) -> str:
-        """Hash of the module that holds the kernel: records say which code they were tuned on."""
-        import hashlib
-        import inspect
-        import sys
-
+        """Which code a record was tuned on: Triton's JIT cache key over the launched kernels (it
+        covers the jit functions they call, so an edit to a shared helper changes it), else the
+        launcher's module source."""
+        if self.triton_kernels:
+            keys = [_jit_cache_key(fn) for fn in self.triton_kernels]
+            return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
         mod = sys.modules[self.launch.__module__]
         return hashlib.sha256(inspect.getsource(mod).encode()).hexdigest()[:16]
+
+    def rtol_for(self, axes: Axes) -> float:
+        return float(self.tolerance(axes)) if self.tolerance is not None else float(self.rtol)
+
+    def output_dtypes_for(self, axes: Axes) -> tuple[torch.dtype, ...]:
+        if self.output_dtypes is None:
+            return (torch.float32,) * len(self.output_names)
+        return tuple(self.output_dtypes(axes))
+
+    def launch_options(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The config's launch options (num_warps, ...), apart from its meta-parameters."""
+        return split_config(config)[1]
+
+    def meta_parameters(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return split_config(config)[0]
 
     def compiled_stats(self) -> dict[str, Any]:
         """Registers, spills and shared memory of the latest launch (empty under the interpreter)."""
@@ -196,7 +355,7 @@ class KernelDef:
         return out
 
     # -- shapes ----------------------------------------------------------------------------
-    def validate_axes(self, axes: Mapping[str, Any]) -> dict[str, int]:
+    def validate_axes(self, axes: Mapping[str, Any]) -> dict[str, AxisValue]:
         """Check a user's case axes; extra informational axes are dropped, unknown ones rejected."""
         if not isinstance(axes, Mapping):
             raise ValueError(f"{self.name}: case axes must be a mapping")
@@ -204,21 +363,26 @@ class KernelDef:
         for k in axes:
             if k not in names and k not in self.extra_axes:
                 raise ValueError(f"{self.name}: unknown axis {k!r}; axes: {sorted(names)}")
-        out: dict[str, int] = {}
+        out: dict[str, AxisValue] = {}
         for a in self.axes:
             if a.name not in axes:
                 raise ValueError(f"{self.name}: missing axis {a.name!r}")
-            v = axes[a.name]
-            if isinstance(v, bool) or not isinstance(v, (int, str)):
-                raise ValueError(f"{self.name}: axis {a.name!r} must be an integer, got {v!r}")
-            try:
-                iv = int(v)
-            except ValueError:
-                raise ValueError(f"{self.name}: axis {a.name!r} must be an integer, got {v!r}") from None
-            if not a.minimum <= iv <= a.maximum:
-                raise ValueError(f"{self.name}: axis {a.name!r}={iv} outside [{a.minimum}, {a.maximum}]")
-            out[a.name] = iv
+            out[a.name] = a.parse(axes[a.name], self.name)
         return out
+
+    def distance(self, a: Axes, b: Axes) -> float:
+        """How far one case's record is from serving another: the one definition of "nearest"
+        (store lookups, the offline provider, warm start). Cases of other categories (a dtype)
+        never serve each other (inf); otherwise the log ratio of the bytes they move, so a record
+        at twice the size is as near as one at half."""
+        if self.categories(a) != self.categories(b):
+            return math.inf
+        wa, wb = max(1, int(self.bytes_moved(a))), max(1, int(self.bytes_moved(b)))
+        return abs(math.log(wa) - math.log(wb))
+
+    def categories(self, axes: Mapping[str, Any]) -> dict[str, str]:
+        """The categorical axes of a case: a record is served only to cases that share them."""
+        return {a.name: str(axes[a.name]) for a in self.axes if a.categorical and a.name in axes}
 
     def case(self, number: int) -> Case:
         for c in self.cases:
@@ -238,17 +402,54 @@ class KernelDef:
             "name": self.name,
             "description": self.description,
             "benchmark_problem": self.benchmark_problem,
-            "axes": [{"name": a.name, "minimum": a.minimum, "maximum": a.maximum, "doc": a.doc}
+            "axes": [({"name": a.name, "choices": list(a.choices), "doc": a.doc} if a.categorical
+                      else {"name": a.name, "minimum": a.minimum, "maximum": a.maximum, "doc": a.doc})
                      for a in self.axes],
             "inputs": list(self.input_names),
             "outputs": list(self.output_names),
             "params": [{"name": p.name, "choices": list(p.choices), "default": p.default,
-                        "doc": p.doc, "requires": {k: list(v) for k, v in p.requires.items()}}
+                        "doc": p.doc, "requires": {k: list(v) for k, v in p.requires.items()},
+                        "launch_option": p.name in LAUNCH_OPTIONS}
                        for p in self.params],
             "default_config": self.default_config,
             "rtol": self.rtol,
             "n_cases": len(self.cases),
         }
+
+
+def _jit_cache_key(fn: Any) -> str:
+    """Triton's JIT cache key of a kernel: its source, line, constexpr globals and, recursively,
+    the keys of the jit functions it calls. Under the interpreter `triton.jit` gives wrappers
+    without a key, so the same key is computed from JITFunctions rebuilt over the raw functions:
+    a record tuned on a GPU and the CPU then agree on the code's identity."""
+    from triton.runtime.jit import JITCallable
+
+    if isinstance(fn, JITCallable):
+        return fn.cache_key
+    raw = getattr(fn, "fn", None)
+    if not inspect.isfunction(raw):
+        raise TypeError(f"triton_kernels: {fn!r} is not a @triton.jit function")
+    return _rebuilt_jit(raw, {}).cache_key
+
+
+def _rebuilt_jit(raw: Callable[..., Any], memo: dict[Any, Any]) -> Any:
+    import types
+
+    from triton.runtime.jit import JITFunction
+
+    if raw in memo:
+        return memo[raw]
+    g = dict(raw.__globals__)
+    clone = types.FunctionType(raw.__code__, g, raw.__name__, raw.__defaults__, raw.__closure__)
+    clone.__qualname__, clone.__module__ = raw.__qualname__, raw.__module__
+    clone.__annotations__ = dict(getattr(raw, "__annotations__", {}))
+    jf = JITFunction(clone)
+    memo[raw] = jf
+    for name, val in list(g.items()):
+        inner = getattr(val, "fn", None)
+        if type(val).__name__ == "InterpretedFunction" and inspect.isfunction(inner):
+            g[name] = _rebuilt_jit(inner, memo)
+    return jf
 
 
 def _member(v: Any, choices: tuple[Any, ...]) -> bool:

@@ -19,7 +19,7 @@ import optuna
 
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
-from kernelsearch.kernels.spec import KernelDef, _member
+from kernelsearch.kernels.spec import KernelDef, _member, from_triton_config
 
 from .safe_expr import ExprError, SafeExpr
 
@@ -372,8 +372,48 @@ def get_space(kernel: str) -> SearchSpace:
     return load_space(kernel)
 
 
+def from_configs(kdef: KernelDef, configs: Sequence[Any]) -> SearchSpace:
+    """A space that is exactly a list of configs (triton.Config or mappings), as a decorator's
+    list is: each parameter searched over the values the list uses, and any combination outside
+    the list rejected by the space, so no sampler spends a compile on it."""
+    if not configs:
+        raise SpaceError(f"space {kdef.name}: an empty config list")
+    try:
+        flat = [kdef.validate_config(from_triton_config(c) if not isinstance(c, Mapping) else c)
+                for c in configs]
+    except InvalidConfig as exc:
+        raise SpaceError(f"space {kdef.name}: a declared config: {exc}") from None
+    names: list[str] = []
+    for c in flat:
+        names += [n for n in c if n not in names]
+    params = []
+    for n in names:
+        vals: list[Any] = []
+        for c in flat:
+            if n in c and not _member(c[n], tuple(vals)):
+                vals.append(c[n])
+        params.append(SpaceParam(name=n, choices=tuple(vals)))
+    members = " or ".join(
+        "(" + " and ".join(f"{k} == {v!r}" for k, v in sorted(c.items())) + ")" for c in flat)
+    try:
+        rule = (Constraint(SafeExpr(members), "not one of the declared configs"),)
+    except ExprError:
+        rule = ()  # values the expression language cannot spell: the kernel's rules still apply
+    return SearchSpace(kdef, tuple(params), rule, description=f"{len(flat)} declared configs")
+
+
 def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
-    """The search space of a kernel, from the packaged TOML file (or `path`)."""
+    """The search space of a kernel: `path`, else the kernel's declared `space` (a TOML file or a
+    list of configs), else the packaged spaces/<kernel>.toml."""
+    try:
+        kdef = get_kernel(kernel)
+    except KeyError as exc:
+        raise SpaceError(str(exc)) from None
+    declared = kdef.space
+    if path is None and declared is not None and not isinstance(declared, (str, Path)):
+        return from_configs(kdef, list(declared))
+    if path is None and declared is not None:
+        path = declared
     p = Path(path) if path is not None else space_path(kernel)
     if not p.is_file():
         raise SpaceError(f"no search space for kernel {kernel!r} (looked for {p})")
@@ -382,12 +422,8 @@ def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
             doc = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
             raise SpaceError(f"{p}: {exc}") from None
-    try:
-        kdef = get_kernel(kernel)
-    except KeyError as exc:
-        raise SpaceError(str(exc)) from None
     return SearchSpace.from_dict(doc, kdef)
 
 
-__all__ = ["get_space", "SearchSpace", "SpaceParam", "Constraint", "SpaceError", "load_space", "space_path",
+__all__ = ["get_space", "from_configs", "SearchSpace", "SpaceParam", "Constraint", "SpaceError", "load_space", "space_path",
            "IDX_SUFFIX"]

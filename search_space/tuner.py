@@ -194,17 +194,13 @@ class _Heartbeat:
             self._thread.join(timeout=5)
 
 
-def _axes_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
-    if set(a) != set(b):
-        return math.inf
-    return sum(abs(math.log(max(1, int(a[k]))) - math.log(max(1, int(b[k])))) for k in a)
-
-
 def warm_start_configs(store: Any, kernel: str, axes: Mapping[str, int], device: str,
                        space: SearchSpace, k: int = WARM_NEIGHBOURS) -> list[tuple[dict[str, Any], dict[str, int]]]:
     """Best configs of the k nearest other cases of this kernel and device that fit the space."""
-    recs = [r for r in store.list_records(kernel, device) if dict(r.axes) != dict(axes)]
-    recs.sort(key=lambda r: (_axes_distance(axes, r.axes), r.latency_median_us))
+    kdef = get_kernel(kernel)
+    recs = [r for r in store.list_records(kernel, device)
+            if dict(r.axes) != dict(axes) and math.isfinite(kdef.distance(axes, r.axes))]
+    recs.sort(key=lambda r: (kdef.distance(axes, r.axes), r.latency_median_us))
     out: list[tuple[dict[str, Any], dict[str, int]]] = []
     keys: set[str] = set()
     for r in recs:

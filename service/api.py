@@ -494,7 +494,8 @@ def _parse_best_query(items: list[tuple[str, str]]) -> tuple[str, str, dict[str,
 def _lookup(store: Any, kernel: str, device: str, axes: Mapping[str, int]) -> tuple[int, bytes, str]:
     """(status, body, match) for the cache: the record's JSON, or a 404 naming the devices known."""
     k = kernels.get_kernel(kernel)
-    found = store.find_best(kernel, device, dict(axes), int(k.bytes_moved(axes)))
+    found = store.find_best(kernel, device, dict(axes), int(k.bytes_moved(axes)),
+                            distance=lambda other, _w: k.distance(axes, other))
     if found is None:
         devices = [d["name"] for d in store.list_devices() if d.get("n_records")]
         body = {"detail": f"no record of {kernel} on device {device!r}; devices with records: "

@@ -34,7 +34,9 @@ class StoreProvider:
 
     def best_config(self, kernel: str, axes: Mapping[str, int], device: str) -> dict[str, Any] | None:
         try:
-            found = self.store.find_best(kernel, device, dict(axes), _work(kernel, axes))
+            kdef = get_kernel(kernel)
+            found = self.store.find_best(kernel, device, dict(axes), _work(kernel, axes),
+                                         distance=lambda other, _w: kdef.distance(axes, other))
         except Exception as exc:  # an unreachable or broken database must not fail the call
             log.warning("local store lookup failed for %s on %s: %s", kernel, device, exc)
             return None
@@ -126,10 +128,11 @@ class ServiceProvider:
             exact = known.get(tuple(sorted(axes.items())))
             if exact is not None:
                 return dict(exact[1])
-            target = _work(kernel, axes)
-            _, config = min(known.values(),
-                            key=lambda wc: abs(math.log(max(wc[0], 1)) - math.log(max(target, 1))))
-            return get_kernel(kernel).for_other_shape(config)
+            kdef = get_kernel(kernel)
+            dist, case = min((kdef.distance(axes, dict(c)), c) for c in known)
+            if not math.isfinite(dist):
+                return None
+            return kdef.for_other_shape(known[case][1])
         if self.fallback is not None:
             try:
                 return self.fallback.best_config(kernel, axes, device)

@@ -97,7 +97,7 @@ def test_list_count_and_queue_limit(store: Store) -> None:
     "kwargs, arg",
     [
         ({"cases": []}, "cases"),
-        ({"cases": [{"total_patches": "64"}]}, "cases[0]"),
+        ({"cases": [{"total_patches": 6.4}]}, "cases[0]"),
         ({"n_trials": 0}, "n_trials"),
         ({"kernel": ""}, "kernel"),
         ({"timeout_s": -1}, "timeout_s"),

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, field_validator, model_validator
 from sqlalchemy import Engine, and_, func, or_, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -50,6 +50,10 @@ def _iso(v: Any) -> Any:
     return v.isoformat() if isinstance(v, datetime) else v
 
 
+# A case axis: a size, or a category such as a dtype (strict: `true` is not 1, 1 is not "1").
+AxisValue = StrictInt | StrictStr
+
+
 def axes_key(axes: dict[str, Any], *, arg: str = "axes") -> str:
     """Canonical text of a case's axes (sorted keys), the way cases are matched. Values are ints
     (sizes) or non-empty strings (categories such as a dtype)."""
@@ -73,7 +77,7 @@ def axes_key(axes: dict[str, Any], *, arg: str = "axes") -> str:
 class JobView:
     id: int
     kernel: str
-    cases: list[dict[str, int]]
+    cases: list[dict[str, Any]]
     n_trials: int
     sampler: str
     timeout_s: float | None
@@ -99,7 +103,7 @@ class RecordIn:
     """A tuned result to store; `work` is the bytes the case moves (for nearest-case lookups)."""
 
     kernel: str
-    axes: dict[str, int]
+    axes: dict[str, Any]
     work: float
     device: str
     torch_version: str
@@ -127,7 +131,7 @@ class RecordIn:
 class RecordView:
     id: int
     kernel: str
-    axes: dict[str, int]
+    axes: dict[str, Any]
     work: float | None
     device: str
     device_info: dict[str, Any] | None
@@ -189,7 +193,7 @@ class RecordDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kernel: str
-    axes: dict[str, StrictInt]
+    axes: dict[str, AxisValue]
     work: float
     device: str
     device_info: dict[str, Any] | None = None
@@ -226,7 +230,7 @@ class RecordDoc(BaseModel):
 
     @field_validator("axes")
     @classmethod
-    def _axes(cls, v: dict[str, int]) -> dict[str, int]:
+    def _axes(cls, v: dict[str, AxisValue]) -> dict[str, AxisValue]:
         axes_key(v)
         return v
 

@@ -81,3 +81,19 @@ def versions() -> dict[str, str]:
     import triton
 
     return {"torch": torch.__version__, "triton": triton.__version__}
+
+
+# Dense fp16/bf16 tensor-core peaks (FLOP/s) from the vendors' datasheets: the compute roofline of
+# kernels that declare `flops`. A device not listed has no compute roofline (memory only).
+TENSOR_PEAK_FLOPS = {
+    "NVIDIA H200": 989.4e12,
+    "NVIDIA H100 80GB HBM3": 989.4e12,
+    "NVIDIA H100": 989.4e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA B200": 2250e12,
+}
+
+
+def peak_flops(name: str) -> float | None:
+    return TENSOR_PEAK_FLOPS.get(name)

@@ -126,8 +126,8 @@ def load_plugins(modules: Iterable[str] = ()) -> None:
                 except Exception as e:  # noqa: BLE001
                     _errors[ep.value] = f"{source} failed to load: {type(e).__name__}: {e}"
         for name in [*env_modules(), *modules]:
-            if name in _loaded_sources:
-                continue
+            if name in _loaded_sources or name in _errors:
+                continue  # a failed module is retried only by an explicit load_module()
             try:
                 load_module(name)
             except PluginLoadError:
@@ -163,6 +163,19 @@ def get_kernel(name: str) -> KernelDef:
     if errs:
         msg += f"; plugins that failed to load: {errs}"
     raise UnknownKernel(msg)
+
+
+def resolve(name: str, module: str | None = None) -> KernelDef:
+    """`get_kernel`, importing `module` first when the name is not known yet: a process started
+    before a kernel was registered elsewhere (a trial child, a worker) learns it from the module
+    its declaration lives in. A module that fails raises PluginLoadError naming it."""
+    try:
+        return get_kernel(name)
+    except UnknownKernel:
+        if not module or module == "__main__":
+            raise
+    load_module(module)
+    return get_kernel(name)
 
 
 def plugin_modules() -> list[str]:

@@ -182,18 +182,19 @@ def load_cases(filename: str | Path, axis_names: Sequence[str], *,
     return cases_from_rows(json.loads(text)["cases"], axis_names)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KernelDef:
     """Everything the layers above need to tune, check, time and call one kernel."""
 
     name: str
-    description: str
-    benchmark_problem: str
     axes: tuple[Axis, ...]
     params: tuple[Param, ...]
-    cases: tuple[Case, ...]
     input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
+    output_names: tuple[str, ...] = ("out",)
+    description: str = ""
+    benchmark_problem: str = ""
+    # The suite: cases tuned by `kernelsearch tune KERNEL --all` and shown on the dashboard.
+    cases: tuple[Case, ...] = ()
     # Relative error (norm of difference over norm of the float64 reference) every output must
     # stay under; `tolerance` overrides it per case (e.g. fp16/bf16 outputs at their own rtol).
     rtol: float
@@ -201,13 +202,13 @@ class KernelDef:
     make_inputs: Callable[..., Tensors]
     # The maths in float64 (the correctness gate's truth).
     reference: Callable[..., Tensors]
-    # The benchmark's eager PyTorch path (eager and torch.compile speedups); None: not compared.
-    torch_reference: Callable[..., Tensors] | None
     # launch(*inputs, config=<validated full config>, out=<tuple of output tensors>|None).
     launch: Callable[..., Tensors]
     axes_of: Callable[..., dict[str, AxisValue]]
     # Bytes the kernel must move at least: the memory roofline.
     bytes_moved: Callable[[Axes], int]
+    # The benchmark's eager PyTorch path (eager and torch.compile speedups); None: not compared.
+    torch_reference: Callable[..., Tensors] | None = None
     # Raises a ValueError naming the first bad argument.
     check_inputs: Callable[..., None] = lambda *inputs: None
     # Cross-parameter rules: returns a message when the combination is not accepted.

@@ -25,7 +25,6 @@ references. A trial that modified its inputs drops them.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import importlib
 import json
 import logging
 import math
@@ -38,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kernelsearch.kernels.errors import FailureKind
+from kernelsearch.kernels.registry import get_kernel, resolve
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,14 @@ class TrialOutcome:
         return cls(ok=False, failure_kind=FailureKind(kind).value, message=message, **kw)
 
 
+def _module_of(kernel: str) -> str | None:
+    """The module a child imports to learn a kernel registered here after it started."""
+    try:
+        return get_kernel(kernel).module
+    except KeyError:
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Child side
 # ---------------------------------------------------------------------------------------------
@@ -100,13 +108,12 @@ def _import_modules(modules: Sequence[str]) -> None:
 def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
     import torch
 
-    from kernelsearch.kernels import get_kernel
     from kernelsearch.kernels.check import check_config
     from kernelsearch.kernels.device import default_device
     from kernelsearch.kernels.errors import InvalidConfig, WrongResult, classify
     from kernelsearch.kernels.measure import measure_config
 
-    kernel = get_kernel(req["kernel"])
+    kernel = resolve(req["kernel"], req.get("module"))
     axes = req["axes"]
     device = default_device()
     seed = int(req.get("seed", 0))
@@ -160,10 +167,9 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
 
 
 def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
-    from kernelsearch.kernels import get_kernel
     from kernelsearch.kernels.measure import measure_reference
 
-    kernel = get_kernel(req["kernel"])
+    kernel = resolve(req["kernel"], req.get("module"))
     t = measure_reference(kernel, req["axes"], compiled=bool(req.get("compiled")),
                           n=int(req.get("n", 30)))
     return t.as_dict()
@@ -512,8 +518,8 @@ class TrialRunner:
         wait = self._wait_compiled(kernel, axes, config)
         self.start()
         limit = float(timeout_s) if timeout_s is not None else self.trial_timeout_s
-        req = {"op": "trial", "kernel": kernel, "axes": dict(axes), "config": dict(config),
-               "measure_n": int(measure_n), "seed": int(seed)}
+        req = {"op": "trial", "kernel": kernel, "module": _module_of(kernel), "axes": dict(axes),
+               "config": dict(config), "measure_n": int(measure_n), "seed": int(seed)}
         try:
             self._conn.send(req)
         except (BrokenPipeError, OSError):
@@ -573,8 +579,9 @@ class TrialRunner:
     def measure_reference(self, kernel: str, axes: Mapping[str, int], *, compiled: bool = False,
                           n: int = 30, timeout_s: float = 600.0) -> dict[str, Any]:
         """Timing of the PyTorch reference (eager, or torch.compile), measured as trials are."""
-        return self._request({"op": "reference", "kernel": kernel, "axes": dict(axes),
-                              "compiled": compiled, "n": n}, timeout_s)["timing"]
+        return self._request({"op": "reference", "kernel": kernel, "module": _module_of(kernel),
+                              "axes": dict(axes), "compiled": compiled, "n": n},
+                             timeout_s)["timing"]
 
     def copy_bandwidth(self) -> float | None:
         """Device copy bandwidth in bytes/s (None under the interpreter); measured once."""

@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
+from kernelsearch.kernels.device import peak_flops
 
 from .runner import TrialOutcome, TrialRunner
 from .space import SearchSpace, get_space
@@ -87,7 +88,7 @@ def _slug(text: str) -> str:
 
 def study_name(kernel: str, axes: Mapping[str, int], device: str) -> str:
     """The study's name, derived only from the key: the same case on the same device resumes."""
-    ax = ",".join(f"{k}={int(v)}" for k, v in sorted(axes.items()))
+    ax = ",".join(f"{k}={v if isinstance(v, str) else int(v)}" for k, v in sorted(axes.items()))
     return f"ks/{kernel}/{ax}/{_slug(device)}"
 
 
@@ -645,9 +646,15 @@ class _Loop:
         roofline = None
         if method == "cupti":
             bw = copy_bw if copy_bw is not None else self.runner.copy_bandwidth()
-            if bw:
-                roofline = 100.0 * (work / bw) / (value * 1e-6)
+            floor_s = [work / bw] if bw else []
+            peak = peak_flops(self.device)
+            if kdef.flops is not None and peak:
+                floor_s.append(float(kdef.flops(self.axes)) / peak)
+            if floor_s:
+                roofline = 100.0 * max(floor_s) / (value * 1e-6)
         speed_eager = speed_compile = None
+        if kdef.torch_reference is None:
+            reference = "none"
         if reference in ("eager", "both"):
             ref = self.runner.measure_reference(self.kernel, self.axes, n=self.measure_n)
             if ref.get("method") == method:

@@ -195,6 +195,13 @@ def _dumps(d: Any) -> bytes:
     return json.dumps(d, default=_default, separators=(",", ":")).encode()
 
 
+def _axis_schema(name: str) -> dict[str, Any]:
+    """An axis query parameter's schema: a category (e.g. a dtype) where any kernel declares it so."""
+    cats = sorted({c for k in kernels.all_kernels().values() for a in k.axes
+                   if a.name == name and a.categorical for c in a.choices})
+    return {"type": "string", "enum": cats} if cats else {"type": "integer"}
+
+
 def _kernel_or_404(name: str) -> kernels.KernelDef:
     try:
         return kernels.get_kernel(name)
@@ -327,7 +334,7 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         {"name": "kernel", "in": "query", "required": True, "schema": {"type": "string"}},
         {"name": "device", "in": "query", "required": True, "schema": {"type": "string"},
          "description": "device name as torch reports it, e.g. NVIDIA H200"},
-    ] + [{"name": a, "in": "query", "required": False, "schema": {"type": "integer"},
+    ] + [{"name": a, "in": "query", "required": False, "schema": _axis_schema(a),
           "description": "a case axis of the kernel (see /v1/kernels/{kernel})"} for a in axis_names]
 
     @app.get("/v1/best", tags=["lookups"], response_model=schemas.BestOut,

@@ -10,6 +10,29 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _global_options(
+    kernel_module: list[str] = typer.Option(
+        [], "--kernel-module", metavar="MODULE",
+        help="import a module that declares kernels (repeatable; as KS_KERNEL_MODULES)"),
+) -> None:
+    """Options every command takes: the user's kernel modules are loaded before it runs."""
+    if not kernel_module:
+        return
+    import os
+
+    from kernelsearch.kernels.registry import MODULES_ENV, PluginLoadError, load_module
+
+    # Also for the processes this one starts (trial children, an embedded worker).
+    os.environ[MODULES_ENV] = ",".join([*filter(None, os.environ.get(MODULES_ENV, "").split(",")),
+                                        *kernel_module])
+    for m in kernel_module:
+        try:
+            load_module(m)
+        except PluginLoadError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--kernel-module") from None
+
+
 @app.command("kernels")
 def kernels_cmd(
     name: str = typer.Argument(None, help="a kernel: show its parameters and suite cases"),

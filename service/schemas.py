@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelsearch.db.store import AxisValue
+
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Match = Literal["exact", "nearest"]
 
@@ -62,7 +64,7 @@ class KernelOut(BaseModel):
 
 class CaseOut(BaseModel):
     number: int
-    axes: dict[str, int]
+    axes: dict[str, AxisValue]
     bytes_moved: int
     info: dict[str, Any] = Field(default_factory=dict)
 
@@ -74,7 +76,7 @@ class RecordOut(BaseModel):
 
     kernel: str
     device: str
-    case: dict[str, int]
+    case: dict[str, AxisValue]
     config: dict[str, Any]
     latency_us: float = Field(description="median latency of the best config, microseconds")
     roofline_pct: float | None = Field(None, description="bytes / copy bandwidth over latency, in %")
@@ -89,7 +91,7 @@ class RecordOut(BaseModel):
 class BestOut(RecordOut):
     match: Match = Field(description="exact: a record for these axes; nearest: the tuned case "
                                      "of this kernel and device closest in work")
-    requested: dict[str, int] = Field(description="the axes asked for")
+    requested: dict[str, AxisValue] = Field(description="the axes asked for")
     same_versions: bool = Field(description="tuned with this service's torch, triton and kernel source")
     current_versions: dict[str, str | None]
 
@@ -100,7 +102,7 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kernel: str = Field(min_length=1, max_length=200)
-    cases: list[dict[str, int]] | Literal["all"] = Field(
+    cases: list[dict[str, AxisValue]] | Literal["all"] = Field(
         description='"all" for the kernel\'s suite, or a list of case axes such as {"seq_len": 2}')
     n_trials: int = Field(gt=0, description="trials per case (trials already stored count)")
     sampler: str | None = Field(None, max_length=32, description="Optuna sampler; default tpe")
@@ -114,7 +116,7 @@ class JobOut(BaseModel):
     id: int
     status: JobStatus
     kernel: str
-    cases: list[dict[str, int]]
+    cases: list[dict[str, AxisValue]]
     n_trials: int
     sampler: str | None = None
     timeout_s: float | None = None

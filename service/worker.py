@@ -17,6 +17,8 @@ import uuid
 from typing import Any, Callable
 
 from kernelsearch.db.errors import StoreError, StoreUnavailable
+from kernelsearch.kernels.errors import KernelSearchError
+from kernelsearch.kernels.registry import resolve
 
 from .metrics import Metrics
 from .settings import Settings
@@ -149,6 +151,11 @@ class Worker:
             return (self.stop_event.is_set() or lease.lost.is_set()
                     or (deadline is not None and time.monotonic() >= deadline))
 
+        try:
+            resolve(job.kernel)
+        except KernelSearchError as exc:
+            # A kernel this worker cannot import fails its job, not the worker.
+            return "failed", f"kernel {job.kernel!r} is not available on worker {self.owner}: {exc}"
         try:
             device = self.runner.device_name
         except Exception as exc:

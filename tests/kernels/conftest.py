@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,12 +11,19 @@ import torch
 from kernelsearch import kernels
 from kernelsearch.kernels.spec import KernelDef
 
+# The contract suite runs against every registered kernel: the built-ins (entry points) and a
+# user's kernel written only against the public API, as any plugin would be.
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+if str(PLUGINS) not in sys.path:
+    sys.path.insert(0, str(PLUGINS))
+kernels.registry.load_module("ks_user_axpy")
+
 ON_GPU = torch.cuda.is_available()
 
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU; the same checks run under the interpreter")
 
 
-@pytest.fixture(params=kernels.kernel_names(), ids=lambda n: n.split("_")[2])
+@pytest.fixture(params=kernels.kernel_names(), ids=lambda n: n)
 def kdef(request) -> KernelDef:
     return kernels.get_kernel(request.param)
 
@@ -47,15 +56,26 @@ def _sample_configs(k: KernelDef, n: int, seed: int) -> list[dict]:
             extra.append(k.validate_config(cfg))
         except ValueError:
             continue
+    if k.space is not None and not isinstance(k.space, (str, Path)):
+        # A declared config list is the whole space: every one of them.
+        from kernelsearch.kernels.spec import from_triton_config
+
+        out += [k.validate_config(c if isinstance(c, dict) else from_triton_config(c)) for c in k.space]
     uniq = {tuple(sorted(c.items())): c for c in out + extra}
     return list(uniq.values())
 
 
 def _small_axes(k: KernelDef) -> list[dict]:
-    """Odd shapes: one row, sizes that are no multiple of any block."""
-    if "seq_len" in {a.name for a in k.axes}:
-        return [{"seq_len": 1}, {"seq_len": 3}, {"seq_len": 11}]
-    return [{"total_patches": 1}, {"total_patches": 37}, {"total_patches": 131}]
+    """Odd shapes from the declaration alone: the smallest size, then sizes that are no multiple
+    of any block; categorical axes take each of their values in turn."""
+    out = []
+    for i, extra in enumerate((0, 2, 36)):
+        axes = {}
+        for a in k.axes:
+            axes[a.name] = a.choices[i % len(a.choices)] if a.categorical else min(a.minimum + extra,
+                                                                                    a.maximum)
+        out.append(k.validate_axes(axes))
+    return out
 
 
 @pytest.fixture

@@ -160,3 +160,17 @@ def test_gpu_timing_is_cupti():
 
     t = measure_config(B, {"seq_len": 128}, B.default_config, n=5)
     assert t.method == CUPTI and t.n == 5 and t.median_us > 0
+
+
+def test_suites_are_the_benchmarks_sixteen_cases():
+    for k in (A, B):
+        assert [c.number for c in k.cases] == list(range(1, 17))
+        assert len({tuple(c.axes.items()) for c in k.cases}) == 16
+        assert {p.name for p in k.params} >= {"num_warps", "TRIG"}
+
+
+def test_bytes_formulas():
+    P = A.cases[0].axes["total_patches"]
+    assert A.bytes_moved(A.cases[0].axes) == 3 * P * 72 * 4 + P * 16 + 72
+    S = B.cases[0].axes["seq_len"]
+    assert B.bytes_moved(B.cases[0].axes) == 6 * S * 16 * 128 * 4 + 2 * S * 128 * 4

@@ -60,8 +60,11 @@ def reference(x: torch.Tensor, y: torch.Tensor, alpha: torch.Tensor) -> tuple[to
 
 
 def check_inputs(x: torch.Tensor, y: torch.Tensor, alpha: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or x.dtype not in DTYPES.values():
+        raise ValueError(f"x: expected a float16 or float32 tensor, got {getattr(x, 'dtype', type(x))}")
     kernelsearch.check_tensor("x", x, shape=(None,), dtype=x.dtype)
     kernelsearch.check_tensor("y", y, shape=tuple(x.shape), dtype=x.dtype, device=x.device)
+    kernelsearch.check_tensor("alpha", alpha, shape=(1,), dtype=torch.float32, device=x.device)
 
 
 KERNEL = kernelsearch.register(kernelsearch.KernelDef(

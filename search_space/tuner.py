@@ -363,7 +363,9 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
     try:
         device = runner.device_name
         if measure_n is None:
-            measure_n = default_repeats(interpreter=not runner.on_gpu)
+            # The child's device (known once it started), else this process's.
+            info = getattr(runner, "device_info", None) or {}
+            measure_n = default_repeats(info.get("interpreter"))
         store.ensure_device(runner.device_info)
         sname = name or study_name(kernel, axes, device)
         storage = storage or make_storage(storage_url, heartbeat_s=heartbeat_s)

@@ -635,10 +635,8 @@ class _Loop:
                 trial.set_user_attr(A_KIND, known.get("kind"))
                 self._tell_infeasible(trial)
             return
-        # Only when set: replay runners (efficiency's TableRunner) take no cancel.
-        extra = {"cancel": self.cancel} if self.cancel is not None else {}
         out = self.runner.run(self.kernel, self.axes, full, measure_n=self.measure_n,
-                              seed=self.seed or 0, **extra)
+                              seed=self.seed or 0, cancel=self.cancel)
         self.run_now += 1
         self.evaluated += 1
         self.counted += 1

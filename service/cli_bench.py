@@ -5,7 +5,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -24,9 +24,21 @@ def writable_file(path: Optional[Path], option: str) -> None:
         raise typer.BadParameter(f"{path} is not writable", param_hint=option)
 
 
+def _case_of(kdef: Any, text: str) -> Any:
+    """A `--case` value as a Case: the suite's, or one numbered None for other axes."""
+    from kernelsearch.kernels.spec import Case
+
+    from .cli_tune import parse_case
+
+    axes = parse_case(kdef, text)
+    return kdef.suite_case_of(axes) or Case(number=None, axes=axes)  # type: ignore[arg-type]
+
+
 def bench(
     kernel: Optional[str] = typer.Argument(None, help="kernel name; every kernel when omitted"),
-    case: list[int] = typer.Option([], "--case", help="suite case number (repeatable); every suite case when omitted"),
+    case: list[str] = typer.Option([], "--case", metavar="N|AXIS=VALUE[,AXIS=VALUE]",
+                                   help="a suite case number or the case's axes, as for tune "
+                                        "(repeatable); every suite case when omitted"),
     config: Optional[str] = typer.Option(None, "--config", help="JSON config for the Triton kernel"),
     default: bool = typer.Option(False, "--default", help="use the kernel's default config, not the store"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the full report as JSON"),
@@ -79,7 +91,8 @@ def bench(
 
         install_default_provider(get_settings())
     try:
-        chosen_of = {k.name: [k.case(c) for c in case] if case else list(k.cases) for k in kernels}
+        chosen_of = {k.name: [_case_of(k, c) for c in case] if case else list(k.cases)
+                     for k in kernels}
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--case") from None
     reports = []

@@ -107,3 +107,17 @@ def test_bench_checks_output_paths_before_the_work(tmp_path):
     res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--default", "--plot",
                               str(tmp_path)])
     assert res.exit_code == 2 and "is a directory" in res.output
+
+
+def test_bench_takes_a_case_by_its_axes(tmp_path):
+    out = tmp_path / "b.json"
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--case", "total_patches=131",
+                              "--case", "total_patches=3", "--default", "--n", "1",
+                              "--no-references", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["reports"][0]["rows"]
+    # 131 patches is suite case 6; 3 is no suite case.
+    assert [(r["case"], r["axes"]) for r in rows] == [(6, {"total_patches": 131}),
+                                                      (None, {"total_patches": 3})]
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--case", "seq_len=3"])
+    assert res.exit_code == 2 and "unknown axis 'seq_len'" in res.output

@@ -178,8 +178,9 @@ def test_embedded_worker_runs_queued_jobs(sqlite_store: Store) -> None:
         assert best.status_code == 200 and best.json()["match"] == "exact"
 
 
-def test_a_job_without_any_valid_config_says_why(sqlite_store: Store) -> None:
-    """Every trial passes its limit: the job fails naming the failure kind, count and message."""
+def test_a_job_without_any_valid_config_says_why(sqlite_store: Store, runner: TrialRunner) -> None:
+    """Every trial passes its limit: the job fails naming the failure kind, count and message.
+    A later job on the case adds its own trials (the failed ones do not use up its budget)."""
     settings = settings_for(sqlite_store.url, tune_reference="none", trial_timeout_s=0.01)
     job = sqlite_store.create_job(KB, [{"seq_len": 2}], 2, "random")
     w = Worker(settings, sqlite_store)
@@ -191,6 +192,12 @@ def test_a_job_without_any_valid_config_says_why(sqlite_store: Store) -> None:
     assert final.status == "failed", final
     assert "timeout 2" in final.error and "trial exceeded 0.01 s" in final.error, final.error
     assert final.trials_done == 2
+    again = sqlite_store.create_job(KB, [{"seq_len": 2}], 1, "random")
+    assert Worker(settings_for(sqlite_store.url, tune_reference="none"), sqlite_store,
+                  runner=runner).run_one()
+    final = sqlite_store.get_job(again.id)
+    assert final.status == "succeeded" and final.trials_done == 1, final
+    assert len(_evaluated(sqlite_store, {"seq_len": 2})) == 3
 
 
 def test_cancel_kills_the_running_trial_of_a_worker_process(sqlite_store: Store,

@@ -73,16 +73,17 @@ def _cases(kernel: str, case: list[str], all_: bool) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def logs_through(console: Any) -> Iterator[None]:
-    """While a progress bar is live: Optuna's INFO lines (one per trial) are silenced, and its
-    and kernelsearch's warnings are printed through the bar's console, above the bar."""
+    """While a progress bar is live: Optuna's INFO lines (one per trial) are silenced, and its,
+    kernelsearch's and Python's warnings are printed through the bar's console, above the bar."""
     import optuna
     from rich.logging import RichHandler
 
     handler = RichHandler(console=console, level=logging.WARNING, show_path=False,
                           show_time=False)
-    loggers = [logging.getLogger("optuna"), logging.getLogger("kernelsearch")]
+    loggers = [logging.getLogger(n) for n in ("optuna", "kernelsearch", "py.warnings")]
     levels = [lg.level for lg in loggers]
     optuna.logging.disable_default_handler()
+    logging.captureWarnings(True)
     for lg in loggers:
         lg.addHandler(handler)
         lg.setLevel(logging.WARNING)
@@ -92,6 +93,7 @@ def logs_through(console: Any) -> Iterator[None]:
         for lg, level in zip(loggers, levels):
             lg.removeHandler(handler)
             lg.setLevel(level)
+        logging.captureWarnings(False)
         optuna.logging.enable_default_handler()
 
 

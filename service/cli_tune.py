@@ -27,7 +27,7 @@ def parse_case(kdef: Any, text: str) -> dict[str, Any]:
     """One `--case` value as the kernel's validated axes; raises ValueError saying what is wrong.
     Values go through `KernelDef.validate_axes` as written, so the kernel decides their type."""
     text = text.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return dict(kdef.case(int(text)).axes)
     axes: dict[str, str] = {}
     for part in text.split(","):

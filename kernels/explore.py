@@ -24,34 +24,18 @@ import torch
 
 def candidates(kname: str, limit: int, seed: int,
                spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The kernel's default, then a shuffled product grid plus extras (from `spec` when given)."""
+    """The kernel's default, then up to `limit` distinct valid configs: a shuffled product grid
+    plus extras from `spec` ({grid: {param: [values]}, extra: [configs]}) when given, else drawn
+    at random from the declaration's parameter choices (the full product is too large to list:
+    B's holds half a million)."""
     from kernelsearch.kernels import get_kernel
 
     k = get_kernel(kname)
     if spec is not None:
         grid, extra = spec.get("grid", {}), list(spec.get("extra", []))
-    elif kname == "vision_rope_generation_bwd":
-        grid = dict(BLOCK_P=[16, 32, 64, 128], TILES=[1, 2, 4, 8], REDUCE=["ticket"],
-                    COLS=["quarters", "pad128"], num_warps=[2, 4, 8], TRIG=["approx_rr"],
-                    num_stages=[1])
-        extra = [dict(REDUCE="single", BLOCK_P=bp, COLS="quarters", num_warps=w, TRIG="approx_rr")
-                 for bp in (32, 64, 128) for w in (4, 8)]
-        extra += [dict(BLOCK_P=bp, TILES=t, TRIG=tr, num_warps=4) for bp in (32, 64) for t in (1, 4)
-                  for tr in ("precise", "approx")]
+        out = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())] + extra
     else:
-        grid = dict(ROWS=[1, 2], HEADS=[16], BLOCK_D=[16, 32, 64], num_warps=[1, 2, 4],
-                    TRIG=["approx_rr"], CACHE=["none", "evict_first"],
-                    STORE=["none", "cs", "evict_first"], GRID=["tiles"])
-        extra = [dict(GRID="persistent", PROGRAMS_PER_SM=p, ROWS=1, HEADS=16, BLOCK_D=bd, num_warps=w,
-                      TRIG="approx_rr", num_stages=s)
-                 for p in (2, 4) for bd in (32, 64) for w in (2, 4) for s in (2, 3)]
-        extra += [dict(HEADS=h, BLOCK_D=bd, num_warps=2, TRIG="approx_rr") for h in (4, 8)
-                  for bd in (16, 64)]
-    names = list(grid)
-    out = []
-    for vals in itertools.product(*grid.values()):
-        out.append(dict(zip(names, vals)))
-    out += extra
+        out = _draws(k, limit, seed)
     valid = []
     for c in out:
         try:
@@ -63,6 +47,24 @@ def candidates(kname: str, limit: int, seed: int,
     if limit and len(uniq) > limit:
         uniq = uniq[:limit]
     return [k.default_config] + [c for c in uniq if c != k.default_config]
+
+
+def _draws(k: Any, limit: int, seed: int) -> list[dict[str, Any]]:
+    """Random configs from each parameter's choices until `limit` distinct valid ones (or many
+    tries: rules may reject most combinations)."""
+    rng = random.Random(seed)
+    keys: dict[str, dict[str, Any]] = {}
+    want = limit or 400
+    for _ in range(50 * want):
+        if len(keys) >= want:
+            break
+        cfg = {p.name: rng.choice(p.choices) for p in k.params}
+        try:
+            full = k.validate_config({n: v for n, v in cfg.items() if k.param(n).active(cfg)})
+        except ValueError:
+            continue
+        keys.setdefault(json.dumps(full, sort_keys=True), full)
+    return list(keys.values())
 
 
 _shape_inputs: dict[str, tuple] = {}
@@ -135,14 +137,15 @@ def sweep_case(k, axes: dict[str, int], cfgs: list[dict[str, Any]], n: int) -> l
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="JSON file to write")
-    ap.add_argument("--kernel", action="append", help="kernel (repeatable); both when omitted")
+    ap.add_argument("--kernel", action="append", help="kernel (repeatable); every kernel when omitted")
     ap.add_argument("--case", action="append", type=int, help="suite case number (repeatable)")
     ap.add_argument("--limit", type=int, default=400, help="at most this many configs per kernel")
     ap.add_argument("--n", type=int, default=10, help="timed calls per config")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--grid", help="JSON file {kernel: {grid: {param: [values]}, extra: [configs]}} "
-                                   "replacing the built-in candidates")
+                                   "replacing random draws from the kernel's parameters "
+                                   "(docs/benchmarks/explore_grid.json: the grids of the notes)")
     a = ap.parse_args(argv)
     specs = json.load(open(a.grid)) if a.grid else {}
     from kernelsearch.kernels import all_kernels

@@ -16,12 +16,23 @@ import torch
 import triton
 import triton.language as tl
 
-from .device import default_device
+from .device import default_device, is_interpreter
 from .spec import KernelDef
 
 CUPTI = "cupti"
 WALLCLOCK = "interpreter-wallclock"
 FLUSH_KERNEL = "_ks_l2_flush"
+# Timed calls per measurement. The interpreter runs a call in seconds (B: about 2-3 s), so 30 of
+# them alone pass a trial's time limit; its wall-clock medians only need to rank configs roughly.
+GPU_REPEATS = 30
+INTERPRETER_REPEATS = 3
+
+
+def default_repeats(interpreter: bool | None = None) -> int:
+    """Timed calls that fit the device (`interpreter`: None asks kernels.device)."""
+    if interpreter is None:
+        interpreter = is_interpreter()
+    return INTERPRETER_REPEATS if interpreter else GPU_REPEATS
 
 
 @dataclass
@@ -154,11 +165,13 @@ def copy_bandwidth(device: torch.device | None = None, nbytes: int = 1 << 30, n:
 
 
 def measure_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str, Any], *,
-                   n: int = 30, seed: int = 0, device: torch.device | None = None,
+                   n: int | None = None, seed: int = 0, device: torch.device | None = None,
                    inputs: Sequence[torch.Tensor] | None = None) -> Timing:
     """Time the kernel with one config on the benchmark's draw for this case (`inputs`: that
-    draw, already on the device, when the caller keeps it between configs)."""
+    draw, already on the device, when the caller keeps it between configs; `n`: None for the
+    device's `default_repeats`)."""
     device = device or default_device()
+    n = n if n is not None else default_repeats(device.type != "cuda")
     cfg = kernel.validate_config(config)
     if inputs is None:
         inputs = kernel.make_inputs(axes, seed=seed, distribution="benchmark", device=device)
@@ -166,9 +179,11 @@ def measure_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[s
 
 
 def measure_reference(kernel: KernelDef, axes: Mapping[str, int], *, compiled: bool = False,
-                      n: int = 30, seed: int = 0, device: torch.device | None = None) -> Timing:
+                      n: int | None = None, seed: int = 0,
+                      device: torch.device | None = None) -> Timing:
     """Time the eager PyTorch reference, or torch.compile of it."""
     device = device or default_device()
+    n = n if n is not None else default_repeats(device.type != "cuda")
     inputs = kernel.make_inputs(axes, seed=seed, distribution="benchmark", device=device)
     fn = kernel.torch_reference
     if compiled:

@@ -34,7 +34,7 @@ import time
 import traceback
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kernelsearch.kernels.errors import FailureKind
 from kernelsearch.kernels.registry import get_kernel, resolve
@@ -42,6 +42,17 @@ from kernelsearch.kernels.registry import get_kernel, resolve
 log = logging.getLogger(__name__)
 
 _STARTUP_TIMEOUT_S = 300.0
+# A trial's time limit when none is given: on a GPU, and under the Triton interpreter, where one
+# call of a kernel takes seconds (B: a default trial of about 15 s on a 2-core host).
+GPU_TRIAL_TIMEOUT_S = 120.0
+INTERPRETER_TRIAL_TIMEOUT_S = 600.0
+# How often a waiting trial asks its `cancel` callable.
+_CANCEL_POLL_S = 0.2
+
+
+class TrialCancelled(Exception):
+    """The trial in flight was stopped on request (its job was cancelled): no outcome of the
+    config, which a resumed study evaluates again."""
 
 
 @dataclass
@@ -313,19 +324,21 @@ class TrialRunner:
     `kernel_modules` are imported in every child before the first trial (a module that registers
     extra kernels, e.g. a test's). `compile_workers` sizes the compile-ahead pool on a GPU
     (None: one per CPU core up to 16; 0: off); under the Triton interpreter it is off.
+    `trial_timeout_s` None: the child's device decides (GPU_TRIAL_TIMEOUT_S, or
+    INTERPRETER_TRIAL_TIMEOUT_S under the interpreter).
     """
 
     # Tests set this on a subclass to exercise the compile-ahead pool under the interpreter,
     # where "compiling" a config runs it on the CPU.
     compile_under_interpreter = False
 
-    def __init__(self, *, trial_timeout_s: float = 120.0, kernel_modules: Sequence[str] = (),
+    def __init__(self, *, trial_timeout_s: float | None = None, kernel_modules: Sequence[str] = (),
                  compile_workers: int | None = None, startup_timeout_s: float = _STARTUP_TIMEOUT_S):
-        if trial_timeout_s <= 0:
+        if trial_timeout_s is not None and trial_timeout_s <= 0:
             raise ValueError("trial_timeout_s: must be positive")
         if compile_workers is not None and compile_workers < 0:
             raise ValueError("compile_workers: must be >= 0")
-        self.trial_timeout_s = float(trial_timeout_s)
+        self._trial_timeout_s = float(trial_timeout_s) if trial_timeout_s is not None else None
         self.startup_timeout_s = float(startup_timeout_s)
         from kernelsearch.kernels import registry
 
@@ -404,6 +417,15 @@ class TrialRunner:
         self.versions = hello["versions"]
         if self.compile_workers:
             self._start_pool()
+
+    @property
+    def trial_timeout_s(self) -> float:
+        """The given limit, or the default of the child's device (a GPU's until it started)."""
+        if self._trial_timeout_s is not None:
+            return self._trial_timeout_s
+        if self.device_info is not None and self.device_info.get("interpreter"):
+            return INTERPRETER_TRIAL_TIMEOUT_S
+        return GPU_TRIAL_TIMEOUT_S
 
     @property
     def pid(self) -> int | None:
@@ -511,8 +533,11 @@ class TrialRunner:
 
     # -- trials ----------------------------------------------------------------------------
     def run(self, kernel: str, axes: Mapping[str, int], config: Mapping[str, Any], *,
-            measure_n: int = 30, seed: int = 0, timeout_s: float | None = None) -> TrialOutcome:
-        """Validate, compile, check and measure one config; never raises for a bad candidate."""
+            measure_n: int = 30, seed: int = 0, timeout_s: float | None = None,
+            cancel: Callable[[], bool] | None = None) -> TrialOutcome:
+        """Validate, compile, check and measure one config; never raises for a bad candidate.
+        While it waits, `cancel()` is asked every 0.2 s: once true, the child is killed and
+        TrialCancelled raised (a cancelled job must not compute on for minutes)."""
         if measure_n < 1:
             raise ValueError("measure_n: need at least one timed call")
         wait = self._wait_compiled(kernel, axes, config)
@@ -526,8 +551,10 @@ class TrialRunner:
             self._kill_child()
             self.start()
             self._conn.send(req)
-        if not self._answered_within(limit):
+        if not self._answered_within(limit, cancel):
             self._kill_child()
+            if cancel is not None and cancel():
+                raise TrialCancelled(f"{kernel} {dict(axes)}: trial stopped on request")
             return TrialOutcome.failure(FailureKind.TIMEOUT,
                                         f"trial exceeded {limit:g} s; runner process killed",
                                         compile_wait_s=wait)
@@ -548,18 +575,27 @@ class TrialRunner:
             self._kill_child()
         return out
 
-    def _answered_within(self, limit: float) -> bool:
-        """Waits for the child's answer; True when it came within `limit` s of trial time. The
-        clock stops while this runner's pool warms up (its workers compete with the child for
-        the CPU), for at most startup_timeout_s: a trial never times out because the pool is
-        starting."""
+    def _answered_within(self, limit: float, cancel: Callable[[], bool] | None = None) -> bool:
+        """Waits for the child's answer; True when it came within `limit` s of trial time, False
+        at the limit or once `cancel()` is true. The clock stops while this runner's pool warms
+        up (its workers compete with the child for the CPU), for at most startup_timeout_s: a
+        trial never times out because the pool is starting."""
         t0 = time.monotonic()
         deadline = t0 + limit
         while self._pool_warming() and time.monotonic() - t0 < self.startup_timeout_s:
             if self._conn.poll(0.05):
                 return True
+            if cancel is not None and cancel():
+                return False
             deadline = time.monotonic() + limit
-        return self._conn.poll(max(0.0, deadline - time.monotonic()))
+        if cancel is None:
+            return self._conn.poll(max(0.0, deadline - time.monotonic()))
+        while True:
+            left = deadline - time.monotonic()
+            if self._conn.poll(max(0.0, min(left, _CANCEL_POLL_S))):
+                return True
+            if left <= _CANCEL_POLL_S or cancel():
+                return False
 
     def _request(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self.start()
@@ -592,4 +628,5 @@ class TrialRunner:
         return self._bandwidth  # type: ignore[return-value]
 
 
-__all__ = ["TrialRunner", "TrialOutcome"]
+__all__ = ["TrialRunner", "TrialOutcome", "TrialCancelled", "GPU_TRIAL_TIMEOUT_S",
+           "INTERPRETER_TRIAL_TIMEOUT_S"]

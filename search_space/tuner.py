@@ -30,8 +30,9 @@ from optuna.trial import TrialState
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.device import peak_flops
+from kernelsearch.kernels.measure import default_repeats
 
-from .runner import TrialOutcome, TrialRunner
+from .runner import TrialCancelled, TrialOutcome, TrialRunner
 from .space import SearchSpace, get_space
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,9 @@ log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "random", "grid", "gp", "cmaes")
 CONSTRAINT = "ks_failure"
 # Attributes the tuner keeps on each Optuna trial (user_attrs).
-A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN = (
-    "ks_config", "ks_state", "ks_failure_kind", "ks_message", "ks_outcome", "ks_evaluated")
+A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN, A_TAG = (
+    "ks_config", "ks_state", "ks_failure_kind", "ks_message", "ks_outcome", "ks_evaluated",
+    "ks_run_tag")
 GRID_PARAM = "grid_id"
 WARM_NEIGHBOURS = 3
 
@@ -73,9 +75,30 @@ class CaseResult:
     record_id: int | None = None
     # Latency (None for a failure) of every evaluated trial of the study, in trial order.
     history: list[float | None] = field(default_factory=list)
+    # Evaluated trials that count toward n_trials (the run tag's, or the whole study's).
+    n_counted: int = 0
+    # Failure kind -> count over this call's trials, and over the whole study; the first
+    # message of each (this call's when it has failures, else the study's).
+    new_failure_kinds: dict[str, int] = field(default_factory=dict)
+    failure_kinds: dict[str, int] = field(default_factory=dict)
+    first_failure: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def failure_summary(self) -> str:
+        """Why trials failed, for a person: kinds with counts and the first message."""
+        kinds = self.new_failure_kinds or self.failure_kinds
+        if not kinds:
+            why = {"space_exhausted": "every config of the space was already tried",
+                   "sampler_stuck": "the sampler only proposed rejected or known configs",
+                   "n_trials": "no trial was left to run"}.get(self.stopped_because, self.stopped_because)
+            return f"no config was measured: {why}"
+        scope = "this run's" if self.new_failure_kinds else "the study's"
+        n = sum(kinds.values())
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        text = f"{n} of {scope} trials failed ({parts})"
+        return f"{text}; first: {self.first_failure}" if self.first_failure else text
 
 
 class TuneError(ValueError):
@@ -278,17 +301,26 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
               warm_start: bool = True, runner: TrialRunner | None = None, seed: int | None = None,
               job_id: int | None = None,
               progress: Callable[[int, int, float | None], None] | None = None,
-              should_stop: Callable[[], bool] | None = None, measure_n: int = 30,
+              should_stop: Callable[[], bool] | None = None, measure_n: int | None = None,
               space: SearchSpace | None = None, name: str | None = None,
               heartbeat_s: int = 10, reference: str = "none",
               copy_bandwidth: float | None = None, write_record: bool = True,
               max_rejected: int | None = None,
               storage: optuna.storages.BaseStorage | None = None,
               summaries: bool = True,
-              next_case: tuple[str, Mapping[str, int]] | None = None) -> CaseResult:
-    """Tune one case until `n_trials` configs have been evaluated in its study (resumed trials
-    count), `timeout_s` passes, `patience` evaluated trials bring no improvement, or
-    `should_stop()` says so; then write or improve the case's best record.
+              next_case: tuple[str, Mapping[str, int]] | None = None,
+              run_tag: str | None = None,
+              cancel: Callable[[], bool] | None = None) -> CaseResult:
+    """Tune one case until `n_trials` configs have been evaluated, `timeout_s` passes,
+    `patience` evaluated trials bring no improvement, or `should_stop()` says so; then write or
+    improve the case's best record.
+
+    What counts toward `n_trials`: without `run_tag`, every evaluated trial of the study (a
+    resumed study counts its stored trials); with it, only the evaluated trials carrying that
+    tag, so a run adds `n_trials` to the study, and a run resumed with the same tag (a job
+    claimed again) counts its own trials once. Failed trials count: a failure is an evaluated
+    config. `cancel()`, asked while a trial runs, stops that trial at once (its child killed)
+    and the case with "cancelled". `measure_n` None: the device's `default_repeats`.
 
     `progress(done, n_trials, best_us)` is called after every evaluated trial. `space` overrides
     the packaged space, `name` the study name (experiments), `reference` ("none", "eager",
@@ -313,7 +345,7 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
         raise TuneError(f"timeout_s: must be positive, got {timeout_s!r}")
     if patience is not None and patience < 1:
         raise TuneError(f"patience: must be >= 1, got {patience!r}")
-    if measure_n < 1:
+    if measure_n is not None and measure_n < 1:
         raise TuneError(f"measure_n: must be >= 1, got {measure_n!r}")
     if reference not in ("none", "eager", "both"):
         raise TuneError(f"reference: expected none, eager or both, got {reference!r}")
@@ -327,6 +359,10 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
     runner = runner or TrialRunner()
     try:
         device = runner.device_name
+        if measure_n is None:
+            # The child's device (known once it started), else this process's.
+            info = getattr(runner, "device_info", None) or {}
+            measure_n = default_repeats(info.get("interpreter"))
         store.ensure_device(runner.device_info)
         sname = name or study_name(kernel, axes, device)
         storage = storage or make_storage(storage_url, heartbeat_s=heartbeat_s)
@@ -334,7 +370,7 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
                                     sampler=make_sampler(sampler, space, seed=seed),
                                     load_if_exists=True)
         loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
-                     sampler, measure_n, seed, summaries)
+                     sampler, measure_n, seed, summaries, run_tag=run_tag, cancel=cancel)
         if next_case is not None:
             loop.near_end = lambda: _prefetch_next(loop, next_case)
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
@@ -374,7 +410,8 @@ class _Loop:
     def __init__(self, kernel: str, axes: dict[str, int], device: str, space: SearchSpace,
                  grid: list[dict[str, Any]], study: optuna.Study, storage: RDBStorage, store: Any,
                  runner: TrialRunner, sampler: str, measure_n: int, seed: int | None,
-                 summaries: bool = True):
+                 summaries: bool = True, run_tag: str | None = None,
+                 cancel: Callable[[], bool] | None = None):
         self.kernel, self.axes, self.device = kernel, axes, device
         self.space, self.grid, self.study, self.storage = space, grid, study, storage
         self.store, self.runner, self.sampler = store, runner, sampler
@@ -382,8 +419,14 @@ class _Loop:
         self.ahead = False  # asking ahead for the compile pool; set by run()
         self.seen: dict[str, dict[str, Any]] = {}   # config key -> stored outcome (state, value)
         self.best: tuple[float, dict[str, Any], dict[str, Any]] | None = None  # value, cfg, outcome
+        self.run_tag, self.cancel = run_tag, cancel
         self.evaluated = 0
+        self.counted = 0  # evaluated trials that count toward n_trials
         self.failed = 0
+        self.failure_kinds: dict[str, int] = {}
+        self.new_failure_kinds: dict[str, int] = {}
+        self.first_failure: str | None = None
+        self.first_new_failure: str | None = None
         self.rejected = 0
         self.cached = 0
         self.run_now = 0
@@ -406,6 +449,8 @@ class _Loop:
                 continue
             key = json.dumps(cfg, sort_keys=True)
             self.evaluated += 1
+            if self.run_tag is None or t.user_attrs.get(A_TAG) == self.run_tag:
+                self.counted += 1
             if st == "ok":
                 self._remember_ok(key, t.value, cfg, t.user_attrs.get(A_OUT) or {})
                 self.history.append(t.value)
@@ -413,8 +458,17 @@ class _Loop:
                 self.failed += 1
                 self.seen[key] = {"state": "fail", "kind": t.user_attrs.get(A_KIND),
                                   "message": t.user_attrs.get(A_MSG)}
+                self._count_failure(t.user_attrs.get(A_KIND), t.user_attrs.get(A_MSG), new=False)
                 self.history.append(None)
         self.best_at = self.evaluated
+
+    def _count_failure(self, kind: str | None, message: str | None, *, new: bool) -> None:
+        k = kind or "unknown"
+        self.failure_kinds[k] = self.failure_kinds.get(k, 0) + 1
+        self.first_failure = self.first_failure or message
+        if new:
+            self.new_failure_kinds[k] = self.new_failure_kinds.get(k, 0) + 1
+            self.first_new_failure = self.first_new_failure or message
 
     def _remember_ok(self, key: str, value: float, cfg: dict[str, Any], outcome: dict[str, Any]) -> bool:
         self.seen[key] = {"state": "ok", "value": value}
@@ -473,7 +527,7 @@ class _Loop:
         stopped = "n_trials"
         try:
             while True:
-                if self.evaluated >= n_trials:
+                if self.counted >= n_trials:
                     stopped = "n_trials"
                     break
                 if timeout_s is not None and time.monotonic() - t0 >= timeout_s:
@@ -494,13 +548,17 @@ class _Loop:
                 if not pending or (self.ahead and len(pending) < batch):
                     # Never more in hand than the trials still to evaluate (n >= 1 when the
                     # hand is empty: rejected and cached answers do not count as evaluated).
-                    n = min(batch - len(pending), n_trials - self.evaluated - len(pending))
+                    n = min(batch - len(pending), n_trials - self.counted - len(pending))
                     if n > 0:
                         pending += self._ask_batch(n, hb)
                 self._maybe_near_end(n_trials, timeout_s, time.monotonic() - t0)
                 trial, cfg = pending.pop(0)
                 try:
                     self._evaluate(trial, cfg, progress, n_trials)
+                except TrialCancelled:
+                    pending.insert(0, (trial, cfg))  # failed and queued again below
+                    stopped = "cancelled"
+                    break
                 finally:
                     hb.remove(trial._trial_id)
         finally:
@@ -516,7 +574,7 @@ class _Loop:
     def _maybe_near_end(self, n_trials: int, timeout_s: float | None, elapsed: float) -> None:
         if self.near_end is None:
             return
-        if 2 * self.evaluated < n_trials and (timeout_s is None or 2 * elapsed < timeout_s):
+        if 2 * self.counted < n_trials and (timeout_s is None or 2 * elapsed < timeout_s):
             return
         hook, self.near_end = self.near_end, None
         try:
@@ -575,9 +633,12 @@ class _Loop:
                 self._tell_infeasible(trial)
             return
         out = self.runner.run(self.kernel, self.axes, full, measure_n=self.measure_n,
-                              seed=self.seed or 0)
+                              seed=self.seed or 0, cancel=self.cancel)
         self.run_now += 1
         self.evaluated += 1
+        self.counted += 1
+        if self.run_tag is not None:
+            trial.set_user_attr(A_TAG, self.run_tag)
         for ph, v in (("compile", out.compile_s), ("check", out.check_s),
                       ("measure", out.measure_s), ("wait", out.compile_wait_s)):
             self.phase[ph] += v
@@ -596,12 +657,13 @@ class _Loop:
             trial.set_user_attr(A_KIND, out.failure_kind)
             trial.set_user_attr(A_MSG, out.message[:2000])
             self.seen[key] = {"state": "fail", "kind": out.failure_kind, "message": out.message}
+            self._count_failure(out.failure_kind, out.message, new=True)
             self._tell_infeasible(trial)
             self.history.append(None)
         if self.summaries:
             self._summary(trial, full, out)
         if progress is not None:
-            progress(self.evaluated, n_trials, self.best[0] if self.best else None)
+            progress(self.counted, n_trials, self.best[0] if self.best else None)
 
     def _summary(self, trial: optuna.Trial, cfg: dict[str, Any], out: TrialOutcome) -> None:
         extra = _jsonable({k: v for k, v in out.as_dict().items()
@@ -631,7 +693,9 @@ class _Loop:
             stopped_because=stopped, n_rejected=self.rejected, n_cached=self.cached,
             n_run_now=self.run_now, warm_started=warm,
             timing_method=(best[2].get("timing") or {}).get("method") if best else None,
-            history=list(self.history))
+            history=list(self.history), n_counted=self.counted,
+            new_failure_kinds=dict(self.new_failure_kinds), failure_kinds=dict(self.failure_kinds),
+            first_failure=self.first_new_failure or self.first_failure)
 
     def record_in(self, job_id: int | None, reference: str, copy_bw: float | None) -> Any:
         from kernelsearch.db.store import RecordIn

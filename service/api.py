@@ -248,7 +248,11 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         finally:
             stop.set()
             if thread is not None:
-                await asyncio.to_thread(thread.join, settings.trial_timeout_s + 10)
+                from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S
+
+                # The embedded worker ends its trial first (no limit set: the longest default).
+                limit = settings.trial_timeout_s or INTERPRETER_TRIAL_TIMEOUT_S
+                await asyncio.to_thread(thread.join, limit + 10)
 
     app = FastAPI(
         title="kernelsearch",

@@ -7,6 +7,9 @@ app = typer.Typer(
     help="kernelsearch: tune Triton kernels per workload case, keep the best configs, serve them.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's plain help: Typer's rich panels print a type after every flag (`--json <bool>`),
+    # as if it took a value.
+    rich_markup_mode=None,
 )
 
 
@@ -35,10 +38,11 @@ def _global_options(
 
 @app.command("kernels")
 def kernels_cmd(
-    name: str = typer.Argument(None, help="a kernel: show its parameters and suite cases"),
+    name: str = typer.Argument(None, help="a kernel: show its declaration"),
     as_json: bool = typer.Option(False, "--json", help="JSON for scripts"),
 ) -> None:
-    """List the kernels, or one kernel's tunable parameters and suite cases."""
+    """List the kernels, or one kernel's declaration: case axes, tunable parameters, suite
+    cases and default config (what `tune --case` and `bench` accept)."""
     import json
 
     from kernelsearch.kernels import all_kernels, get_kernel
@@ -59,7 +63,12 @@ def kernels_cmd(
         d["cases"] = [{"case": c.number, **c.axes} for c in k.cases]
         print(json.dumps(d, indent=1))
         return
-    print(f"kernel: {k.name}\nproblem: {k.benchmark_problem}\naxes: {', '.join(a.name for a in k.axes)}")
+    print(f"kernel: {k.name}\ndescription: {k.description}\nproblem: {k.benchmark_problem}")
+    for a in k.axes:
+        print(f"axis: {a.name}\t{a.minimum}..{a.maximum}\t{a.doc}")
+    if k.extra_axes:
+        print(f"informational axes (accepted, not part of the key): {', '.join(k.extra_axes)}")
+    print(f"default config: {json.dumps(k.default_config, sort_keys=True)}")
     for p in k.params:
         cond = f" (when {', '.join(f'{a} in {list(v)}' for a, v in p.requires.items())})" if p.requires else ""
         print(f"param: {p.name}\tdefault={p.default!r}\tchoices={list(p.choices)}{cond}\t{p.doc}")

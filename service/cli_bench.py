@@ -2,23 +2,51 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 
+def writable_file(path: Optional[Path], option: str) -> None:
+    """Refuse, before any work, an output file that could not be written at the end."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory", param_hint=option)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise typer.BadParameter(f"{parent} is not an existing directory", param_hint=option)
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise typer.BadParameter(f"{path} is not writable", param_hint=option)
+
+
+def _case_of(kdef: Any, text: str) -> Any:
+    """A `--case` value as a Case: the suite's, or one numbered None for other axes."""
+    from kernelsearch.kernels.spec import Case
+
+    from .cli_tune import parse_case
+
+    axes = parse_case(kdef, text)
+    return kdef.suite_case_of(axes) or Case(number=None, axes=axes)  # type: ignore[arg-type]
+
+
 def bench(
-    kernel: Optional[str] = typer.Argument(None, help="kernel name; both kernels when omitted"),
-    case: list[int] = typer.Option([], "--case", help="suite case number (repeatable); all 16 when omitted"),
+    kernel: Optional[str] = typer.Argument(None, help="kernel name; every kernel when omitted"),
+    case: list[str] = typer.Option([], "--case", metavar="N|AXIS=VALUE[,AXIS=VALUE]",
+                                   help="a suite case number or the case's axes, as for tune "
+                                        "(repeatable); every suite case when omitted"),
     config: Optional[str] = typer.Option(None, "--config", help="JSON config for the Triton kernel"),
     default: bool = typer.Option(False, "--default", help="use the kernel's default config, not the store"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the full report as JSON"),
     plot_out: Optional[Path] = typer.Option(None, "--plot", help="write a PNG plot of latency per case"),
     table_out: Optional[Path] = typer.Option(None, "--table", help="also write the table to this file"),
-    n: int = typer.Option(30, "--n", min=1, help="timed calls per series (median reported)"),
+    n: Optional[int] = typer.Option(None, "--n", min=1,
+                                    help="timed calls per series, median reported (default: 30 "
+                                         "on a GPU, 3 under the Triton interpreter)"),
     no_references: bool = typer.Option(False, "--no-references", help="skip eager and torch.compile"),
     compare_default: bool = typer.Option(False, "--compare-default",
                                          help="also time the kernel's default config in the same run"),
@@ -26,6 +54,8 @@ def bench(
     """Time each case: eager reference, torch.compile, Triton (given or best config), roofline."""
     from kernelsearch.kernels import all_kernels, get_kernel, set_provider
     from kernelsearch.kernels.bench import bench_cases, dump, format_table, plot
+    from kernelsearch.kernels.errors import InvalidConfig
+    from kernelsearch.kernels.measure import default_repeats
 
     err = Console(stderr=True)
     try:
@@ -40,6 +70,19 @@ def bench(
             raise typer.BadParameter(f"not JSON: {exc}", param_hint="--config") from None
         if len(kernels) != 1:
             raise typer.BadParameter("--config needs a KERNEL", param_hint="--config")
+        try:
+            kernels[0].validate_config(cfg)
+        except InvalidConfig as exc:
+            raise typer.BadParameter(str(exc), param_hint="--config") from None
+    for path, option in ((json_out, "--json"), (plot_out, "--plot"), (table_out, "--table")):
+        writable_file(path, option)
+    if plot_out is not None:
+        try:
+            import matplotlib  # noqa: F401  (the plot is drawn after the whole bench)
+        except ImportError:
+            raise typer.BadParameter("needs matplotlib (pip install matplotlib)",
+                                     param_hint="--plot") from None
+    n = n if n is not None else default_repeats()
     if default or cfg is not None:
         set_provider(None)
     else:
@@ -47,12 +90,14 @@ def bench(
         from .settings import get_settings
 
         install_default_provider(get_settings())
+    try:
+        chosen_of = {k.name: [_case_of(k, c) for c in case] if case else list(k.cases)
+                     for k in kernels}
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--case") from None
     reports = []
     for k in kernels:
-        try:
-            chosen = [k.case(c) for c in case] if case else list(k.cases)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--case") from None
+        chosen = chosen_of[k.name]
         with err.status(f"benchmarking {k.name}") as status:
             rep = bench_cases(k, [c.axes for c in chosen], config=cfg, n=n,
                               references=not no_references, numbers=[c.number for c in chosen],

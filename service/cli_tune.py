@@ -1,62 +1,132 @@
-"""`kernelsearch tune`: tune suite or custom cases of one kernel, one Optuna study per case."""
+"""`kernelsearch tune`: tune suite or custom cases of one kernel, one Optuna study per case.
+
+Cases come from the kernel's declaration only (`--case N` for a suite case, `--case axis=value`
+for any other), so a plugin kernel is tuned exactly as a built-in one. `--trials N` adds N
+evaluated configs to each case's study: earlier runs' trials (failed ones too) are kept, never
+re-run, and do not use up this run's budget.
+"""
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 import typer
 
 SAMPLER_HELP = "tpe (default), random, grid (exhaustive), gp, cmaes"
+CASE_HELP = ("a suite case number (4), or the case's axes as AXIS=VALUE, several joined by "
+             "commas (seq_len=1024; total_patches=5000,num_images=2); repeatable")
+# Exit status of a tune that left some case without any record.
+EXIT_NO_RECORD = 1
 
 
-def _cases(kernel: str, case: list[int], all_: bool, seq_len: list[int],
-           total_patches: list[int]) -> list[dict[str, int]]:
+def parse_case(kdef: Any, text: str) -> dict[str, Any]:
+    """One `--case` value as the kernel's validated axes; raises ValueError saying what is wrong.
+    Values go through `KernelDef.validate_axes` as written, so the kernel decides their type."""
+    text = text.strip()
+    if text.isascii() and text.isdigit():
+        return dict(kdef.case(int(text)).axes)
+    axes: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise ValueError(f"{text!r}: expected a suite case number or AXIS=VALUE[,AXIS=VALUE...]; "
+                             f"{kdef.name}'s axes: {', '.join(a.name for a in kdef.axes)}")
+        if name in axes:
+            raise ValueError(f"{text!r}: axis {name!r} given twice")
+        axes[name] = value
+    return kdef.validate_axes(axes)
+
+
+def _cases(kernel: str, case: list[str], all_: bool) -> list[dict[str, Any]]:
     from kernelsearch.kernels import get_kernel
 
     try:
         kdef = get_kernel(kernel)
     except KeyError as exc:
         raise typer.BadParameter(str(exc.args[0]), param_hint="KERNEL") from None
-    axis_names = {a.name for a in kdef.axes}
-    out: list[dict[str, int]] = []
+    out: list[dict[str, Any]] = []
     if all_:
         out.extend(dict(c.axes) for c in kdef.cases)
-    for n in case:
+    for text in case:
         try:
-            out.append(dict(kdef.case(n).axes))
+            out.append(parse_case(kdef, text))
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--case") from None
-    for opt, axis, values in (("--seq-len", "seq_len", seq_len),
-                              ("--total-patches", "total_patches", total_patches)):
-        if values and axis not in axis_names:
-            raise typer.BadParameter(f"{kernel} has no axis {axis}; its axes: "
-                                     f"{', '.join(sorted(axis_names))}", param_hint=opt)
-        for v in values:
-            try:
-                out.append(kdef.validate_axes({axis: v}))
-            except ValueError as exc:
-                raise typer.BadParameter(str(exc), param_hint=opt) from None
     if not out:
-        raise typer.BadParameter("give --case N, --all, --seq-len or --total-patches",
-                                 param_hint="cases")
+        example = ",".join(f"{a.name}={a.minimum}" for a in kdef.axes)
+        suite = f"1..{len(kdef.cases)}, " if kdef.cases else ""
+        raise typer.BadParameter(f"give --case N (a suite case: {suite}see `kernelsearch kernels "
+                                 f"{kernel}`), --case {example} or --all", param_hint="--case")
     seen, unique = set(), []
     for ax in out:
-        key = tuple(sorted(ax.items()))
+        key = json.dumps(ax, sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
             unique.append(ax)
     return unique
 
 
+@contextlib.contextmanager
+def logs_through(console: Any) -> Iterator[None]:
+    """While a progress bar is live: Optuna's INFO lines (one per trial) are silenced, and its,
+    kernelsearch's and Python's warnings are printed through the bar's console, above the bar."""
+    import optuna
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=console, level=logging.WARNING, show_path=False,
+                          show_time=False)
+    loggers = [logging.getLogger(n) for n in ("optuna", "kernelsearch", "py.warnings")]
+    levels = [lg.level for lg in loggers]
+    optuna.logging.disable_default_handler()
+    logging.captureWarnings(True)
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+        logging.captureWarnings(False)
+        optuna.logging.enable_default_handler()
+
+
+def _label(axes: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in axes.items())
+
+
+def summary_lines(r: Any) -> list[str]:
+    """What one case's run did, in plain lines that wrap rather than truncate."""
+    new_failed = sum(r.new_failure_kinds.values())
+    kinds = "".join(f", {k} {v}" for k, v in sorted(r.new_failure_kinds.items()))
+    best = f"{r.best_latency_us:.2f} us" if r.best_latency_us is not None else "-"
+    record = "improved" if r.improved else ("kept" if r.best_config else "none")
+    lines = [f"case {_label(r.axes)}: best {best}, record {record}, stopped by {r.stopped_because}",
+             f"  new trials: {r.n_run_now} ({r.n_run_now - new_failed} ok, {new_failed} failed{kinds}); "
+             f"the study holds {r.n_complete + r.n_failed} ({r.n_failed} failed)",
+             f"  time: compile {r.compile_s:.1f} s, check {r.check_s:.1f} s, "
+             f"measure {r.measure_s:.1f} s"]
+    if r.best_config:
+        lines.append(f"  best config: {json.dumps(r.best_config, sort_keys=True)}")
+    if r.best_latency_us is None:
+        lines.append(f"  no record: {r.failure_summary()}")
+    return lines
+
+
 def tune(
     kernel: str = typer.Argument(..., help="kernel name (see `kernelsearch kernels`)"),
-    case: list[int] = typer.Option([], "--case", help="suite case number (repeatable)"),
+    case: list[str] = typer.Option([], "--case", metavar="N|AXIS=VALUE[,AXIS=VALUE]",
+                                   help=CASE_HELP),
     all_: bool = typer.Option(False, "--all", help="every suite case of the kernel"),
-    seq_len: list[int] = typer.Option([], "--seq-len", help="custom seq_len (repeatable)"),
-    total_patches: list[int] = typer.Option([], "--total-patches",
-                                            help="custom total_patches (repeatable)"),
-    trials: int = typer.Option(50, "--trials", min=1, help="configs to evaluate per case"),
+    trials: int = typer.Option(50, "--trials", min=1,
+                               help="configs to evaluate now per case, added to the case's study "
+                                    "(earlier trials are kept and never re-run)"),
     sampler: str = typer.Option("tpe", "--sampler", help=SAMPLER_HELP),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001,
                                             help="time budget per case, seconds"),
@@ -66,17 +136,21 @@ def tune(
                                        help="do not enqueue the best configs of neighbouring cases"),
     url: Optional[str] = typer.Option(None, "--url", help="database URL (default: KS_DATABASE_URL)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the results as JSON here"),
-    measure_n: int = typer.Option(30, "--measure-n", min=1, help="timed calls per trial"),
+    measure_n: Optional[int] = typer.Option(None, "--measure-n", min=1,
+                                            help="timed calls per trial (default: 30 on a GPU, "
+                                                 "3 under the Triton interpreter)"),
     trial_timeout: Optional[float] = typer.Option(None, "--trial-timeout", min=0.001,
-                                                  help="kill a candidate after this many seconds"),
+                                                  help="kill a candidate after this many seconds "
+                                                       "(default: 120 on a GPU, 600 under the "
+                                                       "interpreter)"),
     compile_workers: Optional[int] = typer.Option(None, "--compile-workers", min=0,
                                                   help="compile-ahead processes on a GPU (0: off)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed"),
 ) -> None:
-    """Tune cases of KERNEL; each case's best config becomes (or improves) its record."""
+    """Tune cases of KERNEL; each case's best config becomes (or improves) its record. Exits 1
+    when a case ends without any record, saying why its trials failed."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from kernelsearch.db.engine import upgrade
     from kernelsearch.db.store import Store
@@ -87,25 +161,29 @@ def tune(
 
     if sampler not in SAMPLERS:
         raise typer.BadParameter(f"expected one of {', '.join(SAMPLERS)}", param_hint="--sampler")
-    cases = _cases(kernel, case, all_, seq_len, total_patches)
+    cases = _cases(kernel, case, all_)
+    if json_out is not None and json_out.is_dir():
+        raise typer.BadParameter(f"{json_out} is a directory", param_hint="--json")
     settings = get_settings()
     db_url = url or settings.database_url
     console = Console()
     upgrade(db_url)
     store = Store(db_url)
     results = []
+    # This run's own budget: its trials carry the tag, so `trials` are added to each study.
+    run_tag = f"cli:{uuid.uuid4().hex[:12]}"
     runner = TrialRunner(trial_timeout_s=trial_timeout or settings.trial_timeout_s,
                          compile_workers=compile_workers)
     try:
         runner.start()
         console.print(f"[bold]{kernel}[/]: {len(cases)} case(s) on [cyan]{runner.device_name}[/], "
-                      f"sampler {sampler}, {trials} trials per case")
+                      f"sampler {sampler}, {trials} new trials per case, a trial's limit "
+                      f"{runner.trial_timeout_s:g} s")
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
-        with Progress(*columns, console=console) as progress:
+        with Progress(*columns, console=console) as progress, logs_through(console):
             for axes in cases:
-                label = ",".join(f"{k}={v}" for k, v in axes.items())
-                task = progress.add_task(label, total=trials, best="-")
+                task = progress.add_task(_label(axes), total=trials, best="-")
 
                 def report(done: int, total: int, best: float | None, task=task) -> None:
                     progress.update(task, completed=done,
@@ -114,29 +192,27 @@ def tune(
                 res = tune_case(kernel, axes, store=store, storage_url=db_url, n_trials=trials,
                                 sampler=sampler, timeout_s=timeout, patience=patience,
                                 warm_start=not no_warm_start, runner=runner, seed=seed,
-                                progress=report, measure_n=measure_n)
-                progress.update(task, completed=res.n_complete + res.n_failed)
+                                progress=report, measure_n=measure_n or settings.measure_n,
+                                run_tag=run_tag)
+                progress.update(task, completed=res.n_counted)
                 results.append(res)
     finally:
         runner.close()
         store.close()
-    table = Table(title=f"{kernel} on {results[0].device if results else '?'}")
-    for col in ("case", "best us", "trials ok/failed", "stopped", "record", "compile s",
-                "check s", "measure s", "best config"):
-        table.add_column(col)
+    console.print(f"{kernel} on {results[0].device if results else '?'}:")
     for r in results:
-        table.add_row(
-            ",".join(f"{k}={v}" for k, v in r.axes.items()),
-            f"{r.best_latency_us:.2f}" if r.best_latency_us is not None else "-",
-            f"{r.n_complete}/{r.n_failed}", r.stopped_because,
-            "improved" if r.improved else ("kept" if r.record_id or r.best_config else "none"),
-            f"{r.compile_s:.1f}", f"{r.check_s:.1f}", f"{r.measure_s:.1f}",
-            json.dumps(r.best_config, sort_keys=True) if r.best_config else "-")
-    console.print(table)
+        for line in summary_lines(r):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps([r.as_dict() for r in results], indent=1, default=str))
         console.print(f"results written to {json_out}")
+    empty = [r for r in results if r.best_latency_us is None]
+    if empty:
+        for r in empty:
+            typer.echo(f"error: {kernel} {_label(r.axes)}: no record: {r.failure_summary()}",
+                       err=True)
+        raise typer.Exit(EXIT_NO_RECORD)
 
 
 def register(app: typer.Typer) -> None:

@@ -104,7 +104,7 @@ class JobCreate(BaseModel):
     kernel: str = Field(min_length=1, max_length=200)
     cases: list[dict[str, AxisValue]] | Literal["all"] = Field(
         description='"all" for the kernel\'s suite, or a list of case axes such as {"seq_len": 2}')
-    n_trials: int = Field(gt=0, description="trials per case (trials already stored count)")
+    n_trials: int = Field(gt=0, description="trials this job adds to each case's study (earlier trials are kept)")
     sampler: str | None = Field(None, max_length=32, description="Optuna sampler; default tpe")
     timeout_s: float | None = Field(None, gt=0, le=30 * 86400,
                                     description="wall-clock limit of the whole job")

@@ -18,7 +18,9 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(10.0, gt=0, description="how often a worker renews its lease")
     service_url: str | None = Field(None, description="when set, kernels ask this service for configs")
     worker_id: str | None = Field(None, description="lease owner name; default host:pid")
-    trial_timeout_s: float = Field(120.0, gt=0, description="a candidate running longer is killed")
+    trial_timeout_s: float | None = Field(
+        None, gt=0, description="a candidate running longer is killed; unset: 120 s on a GPU, "
+                                "600 s under the Triton interpreter")
     max_trials_per_job: int = Field(2000, gt=0)
     max_cases_per_job: int = Field(64, gt=0)
     max_queued_jobs: int = Field(100, gt=0)
@@ -28,7 +30,10 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     provider_timeout_s: float = Field(0.5, gt=0, description="kernels' lookups give the service this long")
     worker_poll_seconds: float = Field(2.0, gt=0, description="an idle worker looks for queued jobs this often")
-    measure_n: int = Field(30, gt=0, description="timed calls per trial (median)")
+    measure_n: int | None = Field(None, gt=0, description="timed calls per trial (median); "
+                                                       "unset: 30 on a GPU, 3 under the interpreter")
+    cancel_poll_seconds: float = Field(1.0, gt=0, description="how often a worker checks that its "
+                                                             "job was cancelled (the trial is then killed)")
     records_check_seconds: float = Field(0.5, gt=0, description="how often /v1/best checks that records changed")
     tune_reference: Literal["auto", "none", "eager", "both"] = Field(
         "auto", description="references a worker times for speedups; auto: both on a GPU, eager otherwise")

@@ -2,8 +2,9 @@
 
 Several workers (threads, processes, hosts) share one database: a job is claimed with a lease
 that a heartbeat thread renews; a job whose worker stopped heartbeating is claimed again by
-another, and its Optuna studies continue from their stored trials (tune_case counts trials
-already in a study toward n_trials), so no trial is lost or counted twice. Candidates run in
+another, and its Optuna studies continue from their stored trials (a job's trials carry its
+tag, and tune_case counts them toward the job's n_trials), so no trial is lost or counted twice.
+A job adds n_trials to each case's study. Cancelling a job kills its trial in flight. Candidates run in
 the tuner's TrialRunner child process, so a crashing or hanging kernel never takes us down.
 """
 from __future__ import annotations
@@ -59,6 +60,36 @@ class _Lease:
                 log.warning("heartbeat of job %s failed: %s", self.job_id, exc)
 
 
+class _CancelWatch:
+    """Polls the job's status every `interval` s in a thread; `cancelled` is set once it reads
+    cancelled, so the trial in flight is killed within about `interval` s, not after it ends."""
+
+    def __init__(self, store: Any, job_id: int, interval: float) -> None:
+        self.store, self.job_id, self.interval = store, job_id, interval
+        self.cancelled = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ks-cancel-{job_id}", daemon=True)
+
+    def __enter__(self) -> "_CancelWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                job = self.store.get_job(self.job_id)
+            except StoreError as exc:  # the lease decides about an unreachable database
+                log.debug("cancel check of job %s failed: %s", self.job_id, exc)
+                continue
+            if job is not None and job.status == "cancelled":
+                self.cancelled.set()
+                return
+
+
 class Worker:
     """Claims and runs jobs; `run_forever(stop)` loops, `run_one()` handles at most one job."""
 
@@ -75,6 +106,7 @@ class Worker:
         self._runner = runner
         self._own_runner = runner is None
         self.stop_event = threading.Event()
+        self._cancel_watch: _CancelWatch | None = None
 
     # -- the runner ---------------------------------------------------------------------------
     @property
@@ -122,7 +154,9 @@ class Worker:
             return False
         log.info("worker %s claimed job %s (%s, %d cases, attempt %d)", self.owner, job.id,
                  job.kernel, len(job.cases), job.attempts)
-        with _Lease(self.store, job.id, self.owner, self.settings.heartbeat_seconds) as lease:
+        with _Lease(self.store, job.id, self.owner, self.settings.heartbeat_seconds) as lease, \
+                _CancelWatch(self.store, job.id, self.settings.cancel_poll_seconds) as watch:
+            self._cancel_watch = watch
             status, error = self._run_job(job, lease)
         if status is None:
             why = "cancelled" if self._cancelled(job.id) else "lease lost or worker stopping"
@@ -187,6 +221,7 @@ class Worker:
                     n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining,
                     runner=self.runner, job_id=job.id, progress=progress,
                     should_stop=should_stop, measure_n=self.settings.measure_n,
+                    run_tag=f"job:{job.id}", cancel=self._job_cancelled,
                     reference=self._reference(),
                     next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
             except StoreUnavailable:
@@ -203,7 +238,7 @@ class Worker:
                 self.on_records_changed()
             if summary["stopped_because"] in ("cancelled", "timeout"):
                 break
-        if lease.lost.is_set() or self.stop_event.is_set():
+        if lease.lost.is_set() or self.stop_event.is_set() or self._job_cancelled():
             return None, None
         if deadline is not None and time.monotonic() >= deadline:
             finished = sum(1 for r in results if r["stopped_because"] not in ("cancelled", "timeout"))
@@ -211,8 +246,14 @@ class Worker:
                 return "failed", (f"timed out after {job.timeout_s:g} s with {finished} of "
                                   f"{len(job.cases)} cases fully tuned (their records are kept)")
         if not any(r.get("best_latency_us") is not None for r in results):
-            return "failed", "no valid config found: every trial failed (see the trial history)"
+            why = "; ".join(f"case {r['axes']}: {r['failures']}" for r in results if r.get("failures"))
+            return "failed", f"no valid config found: {why or 'every trial failed'}"
         return "succeeded", None
+
+    def _job_cancelled(self) -> bool:
+        """Asked while a trial runs: a cancelled job stops it now (a SIGTERM lets it end)."""
+        watch = self._cancel_watch
+        return watch is not None and watch.cancelled.is_set()
 
     def _reference(self) -> str:
         """What tune_case measures for the record's speedups (torch.compile only on a GPU)."""
@@ -227,8 +268,9 @@ def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:
         "axes": dict(axes),
         "best_latency_us": result.best_latency_us,
         "best_config": result.best_config,
-        "trials_done": int(result.n_complete) + int(result.n_failed),
+        "trials_done": int(result.n_counted),
         "n_failed": int(result.n_failed),
+        "failures": result.failure_summary() if result.best_latency_us is None else None,
         "stopped_because": result.stopped_because,
         "improved": bool(result.improved),
         "timing_method": result.timing_method,

@@ -65,3 +65,50 @@ def test_bad_arguments():
         TrialRunner(trial_timeout_s=0)
     with pytest.raises(ValueError, match="compile_workers"):
         TrialRunner(compile_workers=-1)
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a killed child not yet reaped still has a pid)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_cancel_kills_the_trial_in_flight_and_the_runner_survives():
+    """A hanging trial (as a 2-minute trial on the interpreter) stops when cancel() turns true:
+    its child process is killed, the trial raises TrialCancelled rather than reporting a failed
+    config, and the next trial runs in a fresh child."""
+    import threading
+
+    from kernelsearch.search_space.runner import TrialCancelled
+
+    with TrialRunner(trial_timeout_s=600.0, kernel_modules=["ks_fake_kernels"]) as r:
+        r.start()
+        pid = r.pid
+        flag = threading.Event()
+        timer = threading.Timer(1.0, flag.set)
+        timer.start()
+        try:
+            with pytest.raises(TrialCancelled):
+                r.run(FAKE, {"n": 8}, {"MODE": "hang", "BLOCK": 16}, measure_n=2,
+                      cancel=flag.is_set)
+        finally:
+            timer.cancel()
+        assert not _alive(pid)
+        assert r.run(FAKE, {"n": 8}, {"MODE": "ok", "BLOCK": 16}, measure_n=2,
+                     cancel=lambda: False).ok
+        assert r.pid != pid
+
+
+def test_trial_limit_fits_the_device():
+    """Unset, the limit is the child's device's: under the interpreter, where one call of B takes
+    seconds, it is longer than a GPU's 120 s."""
+    from kernelsearch.search_space.runner import GPU_TRIAL_TIMEOUT_S, INTERPRETER_TRIAL_TIMEOUT_S
+
+    with TrialRunner(kernel_modules=["ks_fake_kernels"]) as r:
+        r.start()
+        want = GPU_TRIAL_TIMEOUT_S if r.on_gpu else INTERPRETER_TRIAL_TIMEOUT_S
+        assert r.trial_timeout_s == want
+    assert TrialRunner(trial_timeout_s=7).trial_timeout_s == 7

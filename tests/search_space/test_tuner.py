@@ -267,3 +267,75 @@ def test_shipped_seeds_are_valid_and_survive_only_matching_restrictions():
     assert len(a.seeds) >= 3
     sub = a.restrict({"COLS": ["quarters"]})
     assert sub.seeds and all(c["COLS"] == "quarters" for c, _ in sub.seeds)
+
+
+def test_a_run_tag_adds_trials_and_failures_are_reported(ss_store, runner):
+    """With a run tag, n_trials is what this run adds: a study whose trials all failed still gets
+    new ones (before, `n_trials=2` over 4 stored failures ran nothing). A resumed run (the same
+    tag) counts its own trials once. Failure kinds are counted per run and per study."""
+    store, url = ss_store
+    space = fake_space(modes=("wrong", "compile_error", "ok"), blocks=(16, 32, 64))
+    first = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=4, sampler="grid",
+                      runner=runner, seed=0, measure_n=2, space=fake_space(
+                          modes=("wrong", "compile_error"), blocks=(16, 32)), warm_start=False)
+    assert first.best_config is None and first.n_failed == 4
+    assert first.new_failure_kinds == {"wrong_result": 2, "compile_error": 2}
+    assert "4 of this run's trials failed" in first.failure_summary()
+    assert first.first_failure and first.first_failure in first.failure_summary()
+    untagged = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=2,
+                         sampler="random", runner=runner, seed=1, measure_n=2, space=space)
+    assert untagged.n_run_now == 0 and untagged.stopped_because == "n_trials"
+    assert untagged.failure_kinds == {"wrong_result": 2, "compile_error": 2}
+    assert "of the study's trials failed" in untagged.failure_summary()
+    added = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=2,
+                      sampler="random", runner=runner, seed=1, measure_n=2, space=space,
+                      run_tag="run-a")
+    assert added.n_run_now == 2 and added.n_counted == 2
+    assert added.n_complete + added.n_failed == 6
+    resumed = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=3,
+                        sampler="random", runner=runner, seed=1, measure_n=2, space=space,
+                        run_tag="run-a")
+    assert resumed.n_run_now == 1 and resumed.n_counted == 3
+
+
+def test_measure_n_defaults_to_the_devices_repeats(ss_store, runner):
+    from kernelsearch.kernels.measure import default_repeats
+
+    store, url = ss_store
+    res = tune_case(FAKE, {"n": 12}, store=store, storage_url=url, n_trials=1, sampler="random",
+                    runner=runner, seed=0, space=fake_space(modes=("ok",), blocks=(16,)))
+    (trial,) = _evaluated(url, res.study_name)
+    assert trial.user_attrs["ks_outcome"]["timing"]["n"] == default_repeats(not runner.on_gpu)
+    assert default_repeats(interpreter=True) < default_repeats(interpreter=False)
+
+
+def test_cancel_stops_the_case_and_the_trial_is_run_again_later(ss_store):
+    """cancel() during a hanging trial: the case stops "cancelled" without waiting for the trial
+    limit; the trial is neither a failure nor remembered, and a later run evaluates it."""
+    import threading
+
+    from kernelsearch.search_space.runner import TrialRunner
+
+    store, url = ss_store
+    flag = threading.Event()
+    space = fake_space(modes=("hang",), blocks=(16,))
+    with TrialRunner(trial_timeout_s=600.0, kernel_modules=["ks_fake_kernels"],
+                     compile_workers=TEST_COMPILE_WORKERS) as r:
+        r.start()
+        timer = threading.Timer(1.0, flag.set)
+        timer.start()
+        try:
+            res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, n_trials=1,
+                            sampler="grid", runner=r, seed=0, measure_n=2, space=space,
+                            cancel=flag.is_set)
+        finally:
+            timer.cancel()
+        assert res.stopped_because == "cancelled" and res.n_failed == 0 and res.n_counted == 0
+        study = optuna.load_study(study_name=res.study_name, storage=url)
+        assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.WAITING]
+        r2 = TrialRunner(trial_timeout_s=2.0, kernel_modules=["ks_fake_kernels"],
+                         compile_workers=TEST_COMPILE_WORKERS)
+    with r2:
+        again = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, n_trials=1,
+                          sampler="grid", runner=r2, seed=0, measure_n=2, space=space)
+    assert again.n_run_now == 1 and again.new_failure_kinds == {"timeout": 1}

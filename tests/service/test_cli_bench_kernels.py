@@ -53,3 +53,71 @@ def test_bench_rejects_bad_config_and_case():
     assert res.exit_code != 0
     res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--case", "99", "--default"])
     assert res.exit_code != 0 and "99" in res.output
+
+
+def test_kernels_prints_the_declaration():
+    res = runner.invoke(app, ["kernels", "vision_rope_generation_bwd"])
+    assert res.exit_code == 0, res.output
+    from kernelsearch.kernels import get_kernel
+
+    k = get_kernel("vision_rope_generation_bwd")
+    assert f"axis: total_patches\t1..{k.axes[0].maximum}" in res.output
+    assert f"default config: {json.dumps(k.default_config, sort_keys=True)}" in res.output
+    assert "case: 6\ttotal_patches=131" in res.output
+    d = json.loads(runner.invoke(app, ["kernels", k.name, "--json"]).output)
+    assert d["default_config"] == k.default_config and d["axes"][0]["name"] == "total_patches"
+
+
+def test_help_shows_flags_without_a_value():
+    """`--json <bool>` read as an option taking a value; no help of any command says so."""
+    import typer
+
+    def commands(group, path):
+        for name, cmd in getattr(group, "commands", {}).items():
+            yield [*path, name]
+            yield from commands(cmd, [*path, name])
+
+    top = typer.main.get_command(app)
+    paths = list(commands(top, []))
+    assert ["kernels"] in paths and ["tune"] in paths
+    for path in paths:
+        res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, (path, res.output)
+        assert "<bool>" not in res.output, (path, res.output)
+    res = runner.invoke(app, ["kernels", "--help"], env={"COLUMNS": "200"})
+    assert any(line.split()[:1] == ["--json"] for line in res.output.splitlines()), res.output
+
+
+def test_bench_refuses_a_config_the_kernel_rejects():
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--config", '{"BLOCK_P": 7}'])
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+    assert "BLOCK_P" in res.output and "Traceback" not in res.output
+
+
+def test_bench_checks_output_paths_before_the_work(tmp_path):
+    out = tmp_path / "b.json"
+    for opt in ("--plot", "--table", "--json"):
+        args = ["bench", "vision_rope_generation_bwd", "--case", "6", "--default", "--n", "1",
+                "--no-references", "--json", str(out), opt, "/nonexistent/x.png"]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+        assert "/nonexistent" in res.output
+        # Refused before benchmarking: the report, written before the plot, is not there.
+        assert not out.exists()
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--default", "--plot",
+                              str(tmp_path)])
+    assert res.exit_code == 2 and "is a directory" in res.output
+
+
+def test_bench_takes_a_case_by_its_axes(tmp_path):
+    out = tmp_path / "b.json"
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--case", "total_patches=131",
+                              "--case", "total_patches=3", "--default", "--n", "1",
+                              "--no-references", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["reports"][0]["rows"]
+    # 131 patches is suite case 6; 3 is no suite case.
+    assert [(r["case"], r["axes"]) for r in rows] == [(6, {"total_patches": 131}),
+                                                      (None, {"total_patches": 3})]
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--case", "seq_len=3"])
+    assert res.exit_code == 2 and "unknown axis 'seq_len'" in res.output

@@ -176,3 +176,78 @@ def test_embedded_worker_runs_queued_jobs(sqlite_store: Store) -> None:
         best = c.get("/v1/best", params={"kernel": KB, "device": INTERPRETER_DEVICE,
                                          "seq_len": 1})
         assert best.status_code == 200 and best.json()["match"] == "exact"
+
+
+def test_a_job_without_any_valid_config_says_why(sqlite_store: Store, runner: TrialRunner) -> None:
+    """Every trial passes its limit: the job fails naming the failure kind, count and message.
+    A later job on the case adds its own trials (the failed ones do not use up its budget)."""
+    settings = settings_for(sqlite_store.url, tune_reference="none", trial_timeout_s=0.01)
+    job = sqlite_store.create_job(KB, [{"seq_len": 2}], 2, "random")
+    w = Worker(settings, sqlite_store)
+    try:
+        assert w.run_one()
+    finally:
+        w.close()
+    final = sqlite_store.get_job(job.id)
+    assert final.status == "failed", final
+    assert "timeout 2" in final.error and "trial exceeded 0.01 s" in final.error, final.error
+    assert final.trials_done == 2
+    again = sqlite_store.create_job(KB, [{"seq_len": 2}], 1, "random")
+    assert Worker(settings_for(sqlite_store.url, tune_reference="none"), sqlite_store,
+                  runner=runner).run_one()
+    final = sqlite_store.get_job(again.id)
+    assert final.status == "succeeded" and final.trials_done == 1, final
+    assert len(_evaluated(sqlite_store, {"seq_len": 2})) == 3
+
+
+def test_cancel_kills_the_running_trial_of_a_worker_process(sqlite_store: Store,
+                                                            tmp_path) -> None:
+    """POST /v1/jobs/{id}/cancel while `kernelsearch worker --once` is inside a trial that would
+    run for hours: the worker kills the trial's child and exits within seconds (before, it
+    computed until the trial's end or its limit, 600 s under the interpreter)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from kernelsearch.search_space.tuner import study_name
+
+    axes = {"seq_len": 2}
+    job = sqlite_store.create_job(KB, [axes], 3, "random")
+    env = {**os.environ, "KS_DATABASE_URL": sqlite_store.url, "KS_MEASURE_N": "10000000",
+           "KS_TUNE_REFERENCE": "none", "KS_CANCEL_POLL_SECONDS": "0.2", "KS_API_TOKEN": ""}
+    env.pop("KS_SERVICE_URL", None)
+    env.pop("KS_TRIAL_TIMEOUT_S", None)
+    log = tmp_path / "w.log"
+    proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.service.cli", "worker", "--once"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
+                            start_new_session=True)
+    name = study_name(KB, axes, INTERPRETER_DEVICE)
+
+    def in_a_trial() -> bool:
+        assert proc.poll() is None, log.read_text()[-2000:]
+        try:
+            study = optuna.load_study(study_name=name, storage=sqlite_store.url)
+        except KeyError:
+            return False
+        return any("ks_config" in t.user_attrs
+                   for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+    try:
+        _wait(in_a_trial, 180, "the worker's first trial")
+        settings = settings_for(sqlite_store.url, tune_reference="none")
+        with TestClient(create_app(settings, store=sqlite_store)) as c:
+            assert c.post(f"/v1/jobs/{job.id}/cancel").json()["status"] == "cancelled"
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the worker still computes the cancelled job's trial")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    assert "cancelled" in log.read_text()
+    final = sqlite_store.get_job(job.id)
+    assert final.status == "cancelled" and final.trials_done == 0
+    study = optuna.load_study(study_name=name, storage=sqlite_store.url)
+    # The killed trial is no failed config: it is queued again for a later job.
+    assert not _evaluated(sqlite_store, axes)
+    assert any(t.state == TrialState.WAITING for t in study.trials)

@@ -33,7 +33,7 @@ def dotted(loc: Loc) -> str:
     out = ""
     for p in loc:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(document)"
+    return out
 
 
 def first_unportable(value: Any, loc: Loc = ()) -> tuple[Loc, str] | None:

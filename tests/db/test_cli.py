@@ -88,6 +88,7 @@ def test_import_if_empty_imports_into_an_empty_database(sqlite_url: str, tmp_pat
     "content, message",
     [
         ("{not json", "not valid JSON"),
+        ("[" + "9" * 5000 + "]", "not valid JSON"),  # past Python's int digits limit
         (json.dumps({"schema": "kernelsearch.records", "version": 1, "records": [{"kernel": "k"}]}), "records[0]"),
         (json.dumps({"schema": "kernelsearch.records", "version": 2, "records": []}), "unsupported version"),
     ],

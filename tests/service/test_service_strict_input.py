@@ -1,11 +1,14 @@
 """Strict input and the one error shape: what a client sends wrong is a 422 naming it, never a 500."""
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from svc_helpers import H200, KB, settings_for
 
 from kernelsearch.db.store import Store
@@ -200,3 +203,22 @@ def test_docs_pages_load_only_local_assets(sqlite_client: TestClient, page: str)
         assert u.startswith("/"), u
         got = sqlite_client.get(u)
         assert got.status_code == 200 and got.content, u
+
+
+# -- any JSON body, generated ----------------------------------------------------------------------
+_scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
+            | st.text(st.characters(codec=None, exclude_categories=())))
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=12)
+
+
+@given(extra=_values, field=st.sampled_from(["kernel", "cases", "n_trials", "timeout_s", "sampler",
+                                             "x"]))
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_no_json_body_gets_a_500(sqlite_client: TestClient, extra, field: str) -> None:
+    body = {"kernel": KB, "cases": [{"seq_len": 2}], "n_trials": 1, field: extra}
+    r = _post(sqlite_client, "/v1/jobs", json.dumps(body, allow_nan=True))
+    assert r.status_code < 500, r.text
+    if r.status_code >= 400:
+        _shaped(r)

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError,
+                      field_validator, model_validator)
 from sqlalchemy import Engine, and_, func, or_, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .engine import make_engine, translate_errors
 from .errors import Conflict, ImportRejected
+from .portable import dotted, first_unportable
 from .models import (
     JOB_STATUSES,
     Case,
@@ -187,19 +189,53 @@ def _finite(v: float | None, name: str, *, positive: bool = False) -> float | No
     return v
 
 
+def _width(column: Any) -> int:
+    """The declared length of a String column: PostgreSQL refuses longer text, SQLite does not."""
+    return int(column.property.columns[0].type.length)
+
+
+INT32_MAX = 2**31 - 1  # Integer columns on PostgreSQL
+INT64_MAX = 2**63 - 1  # BigInteger columns
+
+
+def _datetime_text(v: Any) -> Any:
+    # Lax datetime parsing would also read a number as a Unix time.
+    if not isinstance(v, (str, datetime)):
+        raise ValueError(f"expected an ISO 8601 date-time text, got {type(v).__name__}")
+    return v
+
+
+class DeviceInfoDoc(BaseModel):
+    """The keys of `device_info` that fill the devices table's columns; others are kept as given."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: str | None = Field(None, max_length=_width(Device.name))
+    compute_capability: str | None = Field(None, max_length=_width(Device.compute_capability))
+    memory_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
+    multiprocessors: int | None = Field(None, ge=0, le=INT32_MAX)
+    cuda_version: str | None = Field(None, max_length=_width(Device.cuda_version))
+    driver_version: str | None = Field(None, max_length=_width(Device.driver_version))
+    interpreter: bool | None = None
+
+
 class RecordDoc(BaseModel):
-    """One record as exported; the same rules validate `RecordIn` before it is stored."""
+    """One record as exported; the same rules validate `RecordIn` before it is stored.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict types (`true` is no count, "1.5" no latency) and the columns' widths, so a record
+    SQLite accepts is one PostgreSQL accepts too.
+    """
 
-    kernel: str
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kernel: str = Field(max_length=_width(Kernel.name))
     axes: dict[str, AxisValue]
     work: float
-    device: str
-    device_info: dict[str, Any] | None = None
-    torch_version: str
-    triton_version: str
-    source_hash: str
+    device: str = Field(max_length=_width(Device.name))
+    device_info: DeviceInfoDoc | None = None
+    torch_version: str = Field(max_length=_width(Record.torch_version))
+    triton_version: str = Field(max_length=_width(Record.triton_version))
+    source_hash: str = Field(max_length=_width(Record.source_hash))
     config: dict[str, Any]
     latency_median_us: float
     latency_min_us: float
@@ -210,15 +246,15 @@ class RecordDoc(BaseModel):
     speedup_eager: float | None = None
     speedup_compile: float | None = None
     rel_error: float
-    n_trials: StrictInt
-    n_failed: StrictInt = 0
-    study_name: str | None = None
-    job_id: StrictInt | None = None
-    tuned_at: datetime
+    n_trials: StrictInt = Field(ge=0, le=INT32_MAX)
+    n_failed: StrictInt = Field(0, ge=0, le=INT32_MAX)
+    study_name: str | None = Field(None, max_length=_width(Record.study_name))
+    job_id: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
+    tuned_at: datetime = Field(strict=False)
     # Present in exports for readers; ignored on import (the supersede rule decides them).
     id: int | None = None
     is_current: bool | None = None
-    superseded_at: datetime | None = None
+    superseded_at: datetime | None = Field(None, strict=False)
     superseded_by: int | None = None
 
     @field_validator("kernel", "device", "torch_version", "triton_version", "source_hash")
@@ -231,8 +267,14 @@ class RecordDoc(BaseModel):
     @field_validator("axes")
     @classmethod
     def _axes(cls, v: dict[str, AxisValue]) -> dict[str, AxisValue]:
-        axes_key(v)
+        if len(axes_key(v)) > _width(Case.axes_key):
+            raise ValueError(f"longer than {_width(Case.axes_key)} characters as JSON")
         return v
+
+    @field_validator("tuned_at", "superseded_at", mode="before")
+    @classmethod
+    def _when(cls, v: Any) -> Any:
+        return v if v is None else _datetime_text(v)
 
     @field_validator("work", "latency_iqr_us", "rel_error", "roofline_pct")
     @classmethod
@@ -245,13 +287,6 @@ class RecordDoc(BaseModel):
     @classmethod
     def _positive(cls, v: float | None, info: Any) -> float | None:
         return _finite(v, info.field_name, positive=True)
-
-    @field_validator("n_trials", "n_failed")
-    @classmethod
-    def _count(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be >= 0")
-        return v
 
     @field_validator("tuned_at")
     @classmethod
@@ -266,7 +301,10 @@ class RecordDoc(BaseModel):
 
     def to_record_in(self) -> RecordIn:
         names = {f.name for f in fields(RecordIn)}
-        return RecordIn(**{k: v for k, v in self.model_dump().items() if k in names})
+        d = {k: v for k, v in self.model_dump().items() if k in names}
+        # device_info as given: no keys added for the columns it did not name.
+        d["device_info"] = self.device_info.model_dump(exclude_unset=True) if self.device_info else None
+        return RecordIn(**d)
 
 
 def _first_error(e: ValidationError) -> tuple[str, str]:
@@ -998,13 +1036,14 @@ class Store:
             "records": out,
         }
 
-    def import_records(self, doc: dict[str, Any]) -> ImportReport:
-        """Validate every entry, then store them all in one transaction (or none).
+    def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None) -> ImportReport:
+        """Validate every entry (and `check` it, see parse_records_doc), then store them all in
+        one transaction (or none).
 
         Each entry goes through the same rule as upsert_best; entries already present are
         counted unchanged, so importing the same document twice changes nothing.
         """
-        recs = parse_records_doc(doc)
+        recs = parse_records_doc(doc, check=check)
 
         def tx(s: Session) -> ImportReport:
             self._lock_counter(s, "records")
@@ -1025,7 +1064,12 @@ class Store:
         return self._tx(lambda s: s.execute(select(Record.id).limit(1)).first() is not None, write=False)
 
 
-def parse_records_doc(doc: Any) -> list[RecordIn]:
+# Checks an entry beyond its types (e.g. against the kernel's declaration, which this layer does
+# not know): raises ImportRejected with `field` set; the index is added here.
+EntryCheck = Callable[[RecordIn], None]
+
+
+def parse_records_doc(doc: Any, *, check: EntryCheck | None = None) -> list[RecordIn]:
     """Validate an export document whole; ImportRejected names the first bad entry and field."""
     if not isinstance(doc, dict):
         raise ImportRejected(f"document: expected a JSON object, got {type(doc).__name__}")
@@ -1034,7 +1078,7 @@ def parse_records_doc(doc: Any) -> list[RecordIn]:
             f"document: 'schema' must be {EXPORT_SCHEMA!r}, got {doc.get('schema')!r}", field="schema"
         )
     version = doc.get("version")
-    if version != EXPORT_VERSION:
+    if type(version) is not int or version != EXPORT_VERSION:  # `true` == 1 in Python
         raise ImportRejected(
             f"document: unsupported version {version!r}; this code reads version {EXPORT_VERSION}",
             field="version",
@@ -1046,9 +1090,20 @@ def parse_records_doc(doc: Any) -> list[RecordIn]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise ImportRejected(f"records[{i}]: expected an object", index=i)
+        bad = first_unportable(entry, ("records", i))
+        if bad is not None:
+            loc, why = bad
+            raise ImportRejected(f"{dotted(loc)}: {why}", index=i, field=dotted(loc[2:]) or None)
         try:
-            out.append(RecordDoc.model_validate(entry).to_record_in())
+            rec = RecordDoc.model_validate(entry).to_record_in()
         except ValidationError as e:
             loc, msg = _first_error(e)
             raise ImportRejected(f"records[{i}].{loc}: {msg}", index=i, field=loc) from None
+        if check is not None:
+            try:
+                check(rec)
+            except ImportRejected as e:
+                where = e.field or "(entry)"
+                raise ImportRejected(f"records[{i}].{where}: {e}", index=i, field=e.field) from None
+        out.append(rec)
     return out

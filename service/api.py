@@ -16,7 +16,7 @@ import time
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Annotated, Any, AsyncIterator, Callable, Mapping
 
 from fastapi import Depends, FastAPI, HTTPException, Path as PathParam, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -24,15 +24,17 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 from kernelsearch import kernels
 from kernelsearch.db import errors as dberr
 from kernelsearch.db.engine import check_schema
 from kernelsearch.kernels.device import versions as kernel_versions
 
-from . import schemas
+from . import errors, schemas
 from .metrics import Metrics
 from .settings import Settings, get_settings
+from .strict_input import AsciiInt, StrictJSON, parse_case_axes, query_text
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,7 @@ class BodyLimit:
 
     @staticmethod
     async def _reject(scope: dict, send: Callable, status: int, detail: str) -> None:
-        resp = JSONResponse({"detail": detail}, status_code=status)
+        resp = errors.error_response(status, detail)
         await resp(scope, _no_receive, send)
 
 
@@ -254,12 +256,19 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
                 limit = settings.trial_timeout_s or INTERPRETER_TRIAL_TIMEOUT_S
                 await asyncio.to_thread(thread.join, limit + 10)
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN.
+    app = FastAPIOffline(
         title="kernelsearch",
         version="0.1.0",
         summary="Best Triton kernel configs per workload case and device, and a tuning job queue.",
         lifespan=lifespan,
+        dependencies=[Depends(query_text)],
+        # Not `model`: that would file the schema under an HTML route's own media type.
+        responses={"4XX": {"description": "the request was refused (one shape for every 4xx)",
+                           "content": {"application/json": {"schema": {
+                               "$ref": "#/components/schemas/Message"}}}}},
     )
+    errors.install(app)
     app.state.settings = settings
     app.state.store = store
     app.state.metrics = metrics
@@ -271,21 +280,22 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(StrictJSON)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.exception_handler(dberr.StoreUnavailable)
     async def _unavailable(request: Request, exc: dberr.StoreUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": redact(str(exc)) or "database unavailable"}, status_code=503,
-                            headers={"Retry-After": "5"})
+        return errors.error_response(503, redact(str(exc)) or "database unavailable",
+                                     headers={"Retry-After": "5"})
 
     @app.exception_handler(dberr.SchemaBehind)
     async def _schema(request: Request, exc: dberr.SchemaBehind) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
+        return errors.error_response(503, str(exc))
 
     @app.exception_handler(dberr.NotFound)
     async def _not_found(request: Request, exc: dberr.NotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
+        return errors.error_response(404, str(exc))
 
     bearer = HTTPBearer(auto_error=False, description="KS_API_TOKEN, when the service sets one")
 
@@ -406,12 +416,12 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
 
     @app.get("/v1/jobs", response_model=list[schemas.JobOut], tags=["jobs"], responses=_ERRORS)
     def list_jobs(status: schemas.JobStatus | None = None,
-                  limit: int = Query(100, ge=1, le=1000)) -> Any:
+                  limit: Annotated[AsciiInt, Query(ge=1, le=1000)] = 100) -> Any:
         """Newest first."""
         return [job_json(j) for j in store.list_jobs(status=status, limit=limit)]
 
     @app.get("/v1/jobs/{job_id}", response_model=schemas.JobOut, tags=["jobs"], responses=_ERRORS)
-    def get_job(job_id: int = JOB_ID) -> Any:
+    def get_job(job_id: Annotated[AsciiInt, JOB_ID]) -> Any:
         job = store.get_job(job_id)
         if job is None:
             raise HTTPException(404, f"no job {job_id}")
@@ -419,7 +429,7 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=schemas.JobOut, tags=["jobs"],
               responses=_WRITE_ERRORS, dependencies=[Depends(require_writer)])
-    def cancel_job(job_id: int = JOB_ID) -> Any:
+    def cancel_job(job_id: Annotated[AsciiInt, JOB_ID]) -> Any:
         """Cancel a queued or running job (a running one stops after its current trial)."""
         job = store.get_job(job_id)
         if job is None:
@@ -496,7 +506,7 @@ def _parse_best_query(items: list[tuple[str, str]]) -> tuple[str, str, dict[str,
                 raise HTTPException(422, f"{k.name}: axis {extra!r} must be a positive integer, "
                                          f"got {v!r}")
     try:
-        axes = k.validate_axes(seen)
+        axes = parse_case_axes(k, seen)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
     return k.name, device, axes
@@ -509,8 +519,8 @@ def _lookup(store: Any, kernel: str, device: str, axes: Mapping[str, int]) -> tu
                             distance=lambda other, _w: k.distance(axes, other))
     if found is None:
         devices = [d["name"] for d in store.list_devices() if d.get("n_records")]
-        body = {"detail": f"no record of {kernel} on device {device!r}; devices with records: "
-                          f"{', '.join(map(repr, devices)) or 'none'}"}
+        body = errors.error_body(f"no record of {kernel} on device {device!r}; devices with "
+                                 f"records: {', '.join(map(repr, devices)) or 'none'}")
         return 404, _dumps(body), "none"
     record, match = found
     out = record_json(record)

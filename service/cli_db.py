@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError
 
 from kernelsearch.db.engine import check_schema, current_revision, head_revision, make_engine, upgrade
 from kernelsearch.db.errors import SchemaBehind, StoreError
@@ -46,12 +47,29 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _refuse_missing_file(url: str) -> None:
+    """A SQLite URL naming no existing file: exit 1 instead of creating an empty database (only
+    `db upgrade` creates one)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # make_engine says what is wrong with it
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return
+    path = Path(db).expanduser()
+    if not path.exists():
+        raise _fail(f"no database at {path}; run `kernelsearch db upgrade` to create it "
+                    f"(--url {_shown(url)})")
+
+
 @contextmanager
 def _store(url: str | None) -> Iterator[Store]:
     """An upgraded store, or a clear error (schema behind, unreachable) and exit 1.
 
     Covers the body of the `with` too: a StoreError raised there exits the same way.
     """
+    _refuse_missing_file(_url(url))
     try:
         with Store(_url(url)) as store:
             check_schema(store.engine)
@@ -87,6 +105,7 @@ def db_current(
 ) -> None:
     """Show the database's migration revision and the code's head."""
     target = _url(url)
+    _refuse_missing_file(target)
     try:
         engine = make_engine(target)
         try:
@@ -119,6 +138,9 @@ def records_export(
     """Write records as a versioned JSON document (schema kernelsearch.records)."""
     with _store(url) as store:
         doc = store.export_records(kernel=kernel, device=device, include_history=history)
+        unknown = _unknown_selection(store, kernel, device) if not doc["records"] else None
+    if unknown:
+        raise _fail(unknown)
     text = json.dumps(doc, indent=2) + "\n"
     if file == "-":
         sys.stdout.write(text)
@@ -128,6 +150,29 @@ def records_export(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     typer.echo(f"exported: {len(doc['records'])} records to {file}", err=True)
+    if not doc["records"]:
+        chosen = ", ".join(f"{n} {v!r}" for n, v in (("kernel", kernel), ("device", device)) if v)
+        typer.echo(f"note: no {'' if history else 'current '}records "
+                   f"{f'of {chosen} ' if chosen else ''}in the database; the file lists none",
+                   err=True)
+
+
+def _unknown_selection(store: Store, kernel: str | None, device: str | None) -> str | None:
+    """Why --kernel/--device select nothing that exists (a typo), or None for a valid selection
+    that merely has no records yet."""
+    if kernel is not None:
+        from kernelsearch.kernels import kernel_names
+
+        stored = {r.kernel for r in store.list_records(include_history=True)}
+        if kernel not in stored and kernel not in kernel_names():
+            known = sorted(stored | set(kernel_names()))
+            return f"--kernel: unknown kernel {kernel!r}; known: {', '.join(known) or 'none'}"
+    if device is not None:
+        devices = [d["name"] for d in store.list_devices()]
+        if device not in devices:
+            return (f"--device: no device {device!r} in the database; devices: "
+                    f"{', '.join(map(repr, devices)) or 'none'}")
+    return None
 
 
 def _read_doc(file: str) -> Any:
@@ -137,7 +182,7 @@ def _read_doc(file: str) -> Any:
         raise _fail(f"cannot read {file}: {e.strerror or e}") from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, or a 5000-digit number
         raise _fail(f"{file} is not valid JSON: {e}") from None
 
 
@@ -150,14 +195,16 @@ def records_import(
     url: UrlOpt = None,
 ) -> None:
     """Import records in one transaction; the same file twice changes nothing, a bad entry
-    rejects the whole file."""
+    (wrong types, or not what its kernel declares) rejects the whole file."""
     with _store(url) as store:
         try:
             if if_empty and store.has_records():
                 typer.echo("skipped: the database already has records (--if-empty)")
                 return
+            from .records_check import check_against_kernel
+
             doc = _read_doc(file)
-            report = store.import_records(doc)
+            report = store.import_records(doc, check=check_against_kernel)
         except StoreError as e:
             raise _fail(f"{file}: {e}") from None
     typer.echo(f"imported: {file}")

@@ -12,10 +12,18 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Match = Literal["exact", "nearest"]
 
 
-class Message(BaseModel):
-    """Every 4xx/5xx answer: a human-readable reason."""
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description='where: e.g. ["body", "cases", 0, "seq_len"]')
+    msg: str
+    type: str = Field(description="pydantic's error type, or empty")
 
-    detail: Any = Field(description="what went wrong (a string, or FastAPI's list of errors for 422)")
+
+class Message(BaseModel):
+    """Every 4xx/5xx answer of the API has this one shape (service.errors builds it)."""
+
+    detail: str = Field(description="what went wrong, as one sentence")
+    errors: list[FieldError] = Field(default_factory=list,
+                                     description="each invalid field of a 422; empty otherwise")
 
 
 class Health(BaseModel):
@@ -99,7 +107,8 @@ class BestOut(RecordOut):
 class JobCreate(BaseModel):
     """A tuning job: suite cases ("all") or any valid shapes of one kernel."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: `true` or "3" is not an integer, 3.0 neither.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     kernel: str = Field(min_length=1, max_length=200)
     cases: list[dict[str, AxisValue]] | Literal["all"] = Field(

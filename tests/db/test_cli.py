@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 from helpers import KERNEL, make_record
+from sqlalchemy import make_url
 from typer.testing import CliRunner
 
 from kernelsearch.db.store import Store
@@ -18,6 +20,8 @@ def run(*args: str, input: str | None = None):
 
 
 def test_upgrade_and_current(db_url: str) -> None:
+    if db_url.startswith("sqlite"):
+        sqlite3.connect(make_url(db_url).database).close()  # an empty database, not a missing one
     before = run("db", "current", "--url", db_url, "--check")
     assert before.exit_code == 1
     assert "current: none" in before.stdout and "kernelsearch db upgrade" in before.stdout
@@ -84,6 +88,7 @@ def test_import_if_empty_imports_into_an_empty_database(sqlite_url: str, tmp_pat
     "content, message",
     [
         ("{not json", "not valid JSON"),
+        ("[" + "9" * 5000 + "]", "not valid JSON"),  # past Python's int digits limit
         (json.dumps({"schema": "kernelsearch.records", "version": 1, "records": [{"kernel": "k"}]}), "records[0]"),
         (json.dumps({"schema": "kernelsearch.records", "version": 2, "records": []}), "unsupported version"),
     ],

@@ -1,0 +1,122 @@
+"""Strict reading of what a client sends: JSON bodies, query text and integers.
+
+Python's parsers are lax where the API must not be: json reads NaN, Infinity and 1e400 (as inf)
+and lone surrogates; int() reads "1_000", " 12 " and Arabic-Indic digits; pydantic's lax mode
+turns `true` into 1. A bad value is a 422 naming it, never a 500 from the database or the
+encoder further down.
+"""
+from __future__ import annotations
+
+import email.message
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from fastapi import HTTPException, Request
+from pydantic import BeforeValidator
+
+from kernelsearch.db.portable import Loc, dotted, first_unportable
+
+from .errors import error_response
+
+_DECIMAL = re.compile(r"-?[0-9]{1,18}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def json_problem(body: bytes) -> tuple[Loc, str] | None:
+    """Where and why a JSON body must be refused, or None (also None when it is not JSON at all:
+    the route's own parsing answers that)."""
+    try:
+        doc = json.loads(body)  # reads NaN and Infinity, and 1e400 as inf: found below
+    except (ValueError, RecursionError):
+        return None
+    return first_unportable(doc, ("body",))
+
+
+def _is_json(scope: Mapping[str, Any]) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            msg = email.message.Message()
+            msg["content-type"] = value.decode("latin-1")
+            sub = msg.get_content_subtype()
+            return msg.get_content_maintype() == "application" and (sub == "json" or sub.endswith("+json"))
+    return False
+
+
+class StrictJSON:
+    """Pure ASGI middleware: a JSON request body with a non-finite number or text that is not
+    valid Unicode (or holds NUL) is answered 422 before any route sees it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS") or not _is_json(scope):
+            await self.app(scope, receive, send)
+            return
+        messages = []
+        chunks = []
+        while True:
+            msg = await receive()
+            messages.append(msg)
+            if msg["type"] != "http.request":
+                break
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body", False):
+                break
+        problem = json_problem(b"".join(chunks))
+        if problem:
+            loc, why = problem
+            resp = error_response(422, f"{dotted(loc)}: {why}",
+                                  [{"loc": loc, "msg": why, "type": "value_error"}])
+            await resp(scope, _disconnected, send)
+            return
+        replay = iter(messages)
+
+        async def receive_again() -> dict:
+            try:
+                return next(replay)
+            except StopIteration:
+                return await receive()
+
+        await self.app(scope, receive_again, send)
+
+
+async def _disconnected() -> dict:
+    return {"type": "http.disconnect"}
+
+
+def query_text(request: Request) -> None:
+    """App-wide dependency: no control character (NUL above all: PostgreSQL refuses it in text)
+    in any query parameter's name or value."""
+    for name, value in request.query_params.multi_items():
+        for s in (name, value):
+            bad = _CONTROL.search(s)
+            if bad:
+                raise HTTPException(422, f"query parameter {name!r}: control character "
+                                         f"U+{ord(bad.group()):04X} is not allowed")
+
+
+def _ascii_int(v: Any) -> Any:
+    if isinstance(v, str):
+        if not _DECIMAL.fullmatch(v):
+            raise ValueError(f"must be an integer written with ASCII digits, got {v!r}")
+        return int(v)
+    return v
+
+
+# An int parameter that refuses "1_000", " 12", "12.0" and non-ASCII digits.
+AsciiInt = Annotated[int, BeforeValidator(_ascii_int)]
+
+
+def parse_case_axes(kdef: Any, raw: Mapping[str, str]) -> dict[str, Any]:
+    """Case axes from query text, through the kernel's own `validate_axes`: an integer axis only
+    takes ASCII decimal text (validate_axes alone would read "1_000" or "١٢" via int())."""
+    given: dict[str, Any] = {n: int(v) if _DECIMAL.fullmatch(v) else v for n, v in raw.items()}
+    axes = kdef.validate_axes(given)
+    for n, v in axes.items():
+        if isinstance(v, int) and isinstance(given.get(n), str):
+            raise ValueError(f"{kdef.name}: axis {n!r} must be an integer written with ASCII "
+                             f"digits, got {given[n]!r}")
+    return axes

@@ -40,7 +40,11 @@ from .models import (
 )
 
 EXPORT_SCHEMA = "kernelsearch.records"
-EXPORT_VERSION = 1
+# Version 2 adds each record's trials and its references' latencies; version 1 still imports.
+EXPORT_VERSION = 2
+IMPORT_VERSIONS = (1, 2)
+TRIAL_STATES = ("complete", "fail")
+EXPORT_MESSAGE_CHARS = 2000
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
 _RETRIES = 6
 T = TypeVar("T")
@@ -113,10 +117,26 @@ class RecordIn:
     roofline_pct: float | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    eager_latency_us: float | None = None
+    compile_latency_us: float | None = None
     study_name: str | None = None
     job_id: int | None = None
     device_info: dict[str, Any] | None = None
     tuned_at: datetime = field(default_factory=utcnow)
+    # The trials of the record's study (an import carries them; the tuner stores its own).
+    trials: list[TrialIn] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialIn:
+    """One trial of a record's study as an export carries it (Optuna's trial number)."""
+
+    number: int
+    state: str
+    config: dict[str, Any]
+    latency_median_us: float | None = None
+    failure_kind: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +168,8 @@ class RecordView:
     is_current: bool
     superseded_at: datetime | None
     superseded_by: int | None = None
+    eager_latency_us: float | None = None
+    compile_latency_us: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: _iso(v) for k, v in asdict(self).items()}
@@ -161,6 +183,7 @@ class ImportReport:
     added: int = 0
     superseded: int = 0
     unchanged: int = 0
+    trials_added: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -177,6 +200,39 @@ def _finite(v: float | None, name: str, *, positive: bool = False) -> float | No
     if v < 0 or (positive and v == 0):
         raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}")
     return v
+
+
+class TrialDoc(BaseModel):
+    """One trial as exported (version 2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: StrictInt
+    state: Literal["complete", "fail"]
+    config: dict[str, Any]
+    latency_median_us: float | None = None
+    failure_kind: str | None = None
+    message: str | None = None
+
+    @field_validator("number")
+    @classmethod
+    def _number(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    @field_validator("latency_median_us")
+    @classmethod
+    def _latency(cls, v: float | None) -> float | None:
+        return _finite(v, "latency_median_us", positive=True)
+
+    @model_validator(mode="after")
+    def _outcome(self) -> TrialDoc:
+        if self.state == "complete" and self.latency_median_us is None:
+            raise ValueError("a complete trial needs latency_median_us")
+        if self.state == "fail" and self.latency_median_us is not None:
+            raise ValueError("a failed trial has no latency_median_us")
+        return self
 
 
 class RecordDoc(BaseModel):
@@ -201,12 +257,15 @@ class RecordDoc(BaseModel):
     roofline_pct: float | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    eager_latency_us: float | None = None
+    compile_latency_us: float | None = None
     rel_error: float
     n_trials: StrictInt
     n_failed: StrictInt = 0
     study_name: str | None = None
     job_id: StrictInt | None = None
     tuned_at: datetime
+    trials: list[TrialDoc] = []
     # Present in exports for readers; ignored on import (the supersede rule decides them).
     id: int | None = None
     is_current: bool | None = None
@@ -232,7 +291,8 @@ class RecordDoc(BaseModel):
         return _finite(v, info.field_name)
 
     @field_validator(
-        "latency_median_us", "latency_min_us", "latency_max_us", "speedup_eager", "speedup_compile"
+        "latency_median_us", "latency_min_us", "latency_max_us", "speedup_eager", "speedup_compile",
+        "eager_latency_us", "compile_latency_us",
     )
     @classmethod
     def _positive(cls, v: float | None, info: Any) -> float | None:
@@ -256,9 +316,30 @@ class RecordDoc(BaseModel):
             raise ValueError("latencies must satisfy latency_min_us <= latency_median_us <= latency_max_us")
         return self
 
+    @model_validator(mode="after")
+    def _speedups_from_references(self) -> RecordDoc:
+        # A speedup is the reference's latency over the record's: computable whenever the
+        # reference was measured, so a record that carries one always shows the other.
+        if self.speedup_eager is None and self.eager_latency_us is not None:
+            self.speedup_eager = self.eager_latency_us / self.latency_median_us
+        if self.speedup_compile is None and self.compile_latency_us is not None:
+            self.speedup_compile = self.compile_latency_us / self.latency_median_us
+        return self
+
+    @model_validator(mode="after")
+    def _trials_need_a_study(self) -> RecordDoc:
+        if self.trials and not self.study_name:
+            raise ValueError("trials need the record's study_name")
+        numbers = [t.number for t in self.trials]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("trials: each trial number may appear once")
+        return self
+
     def to_record_in(self) -> RecordIn:
         names = {f.name for f in fields(RecordIn)}
-        return RecordIn(**{k: v for k, v in self.model_dump().items() if k in names})
+        d = {k: v for k, v in self.model_dump().items() if k in names}
+        d["trials"] = [TrialIn(**t) for t in d.get("trials") or []]
+        return RecordIn(**d)
 
 
 def _first_error(e: ValidationError) -> tuple[str, str]:
@@ -721,6 +802,8 @@ class Store:
             is_current=r.is_current,
             superseded_at=r.superseded_at,
             superseded_by=r.superseded_by,
+            eager_latency_us=r.eager_latency_us,
+            compile_latency_us=r.compile_latency_us,
         )
 
     def _load_record(self, s: Session, record_id: int) -> RecordView:
@@ -766,6 +849,8 @@ class Store:
             roofline_pct=rec.roofline_pct,
             speedup_eager=rec.speedup_eager,
             speedup_compile=rec.speedup_compile,
+            eager_latency_us=rec.eager_latency_us,
+            compile_latency_us=rec.compile_latency_us,
             rel_error=rec.rel_error,
             n_trials=rec.n_trials,
             n_failed=rec.n_failed,
@@ -789,6 +874,41 @@ class Store:
             )
         return row.id, better, better and current is not None, True
 
+    def _add_trials_locked(self, s: Session, rec: RecordIn) -> int:
+        """Store the trials a record carries under its study; trials already there are kept as
+        they are. Returns how many were new."""
+        if not rec.trials or not rec.study_name:
+            return 0
+        kernel_id = self._kernel_id(s, rec.kernel)
+        case_id = self._case_id(s, kernel_id, rec.axes, rec.work)
+        device_id = self._device_id(s, rec.device, rec.device_info)
+        now = utcnow()
+        rows = [
+            {
+                "study_name": rec.study_name,
+                "trial_number": t.number,
+                "kernel_id": kernel_id,
+                "case_id": case_id,
+                "device_id": device_id,
+                "state": t.state,
+                "config": t.config,
+                "latency_median_us": t.latency_median_us,
+                "failure_kind": t.failure_kind,
+                "message": t.message,
+                "extra": None,
+                "job_id": rec.job_id,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for t in rec.trials
+        ]
+        added = 0
+        for i in range(0, len(rows), 200):
+            ins = self._insert(s, TrialSummary).values(rows[i : i + 200])
+            stmt = ins.on_conflict_do_nothing(index_elements=["study_name", "trial_number"])
+            added += len(s.execute(stmt.returning(TrialSummary.id)).all())
+        return added
+
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:
         """Store a result; True when it became the current best (strictly faster median, or the
         first for its key). A slower one is kept as history only. Storing the identical record
@@ -798,6 +918,7 @@ class Store:
         def tx(s: Session) -> tuple[RecordView, bool]:
             self._lock_counter(s, "records")
             rid, improved, _, new = self._upsert_locked(s, rec)
+            self._add_trials_locked(s, rec)
             if new:
                 self._bump(s, "records")
             return self._load_record(s, rid), improved
@@ -885,8 +1006,10 @@ class Store:
         failure_kind: str | None,
         message: str | None,
         extra: dict[str, Any] | None = None,
+        job_id: int | None = None,
     ) -> None:
-        """Store (or update) one trial's outcome, keyed by (study_name, trial_number)."""
+        """Store (or update) one trial's outcome, keyed by (study_name, trial_number); `job_id`
+        names the tuning job that ran it."""
         _check_name(study_name, "study_name")
         _check_name(kernel, "kernel")
         _check_name(device, "device")
@@ -896,6 +1019,8 @@ class Store:
             raise ValueError(f"trial_number: expected an int >= 0, got {trial_number!r}")
         if not isinstance(config, dict):
             raise ValueError(f"config: expected a dict, got {type(config).__name__}")
+        if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int)):
+            raise ValueError(f"job_id: expected an int or None, got {job_id!r}")
 
         def tx(s: Session) -> None:
             kernel_id = self._kernel_id(s, kernel)
@@ -909,6 +1034,7 @@ class Store:
                 "failure_kind": failure_kind,
                 "message": message,
                 "extra": extra,
+                "job_id": job_id,
                 "updated_at": now,
             }
             ins = self._insert(s, TrialSummary).values(
@@ -947,6 +1073,7 @@ class Store:
                     "failure_kind": t.failure_kind,
                     "message": t.message,
                     "extra": t.extra,
+                    "job_id": t.job_id,
                     "created_at": t.created_at.isoformat(),
                     "updated_at": t.updated_at.isoformat(),
                 }
@@ -963,11 +1090,13 @@ class Store:
         """A JSON-able document of records, oldest first so an import replays the history."""
         recs = self.list_records(kernel=kernel, device=device, include_history=include_history)
         recs.sort(key=lambda r: (r.tuned_at, r.id))
+        trials = self._export_trials({r.study_name for r in recs if r.study_name})
         out = []
         for r in recs:
             d = r.as_dict()
             for k in ("id", "superseded_by"):
                 d.pop(k)
+            d["trials"] = trials.get((r.study_name, r.kernel, axes_key(r.axes), r.device), [])
             out.append(d)
         return {
             "schema": EXPORT_SCHEMA,
@@ -976,6 +1105,40 @@ class Store:
             "filters": {"kernel": kernel, "device": device, "include_history": include_history},
             "records": out,
         }
+
+    def _export_trials(self, studies: set[str]) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+        """The trials of these studies as an export carries them, per (study, kernel, axes key,
+        device), in trial-number order; messages cut to EXPORT_MESSAGE_CHARS."""
+        if not studies:
+            return {}
+
+        def q(s: Session) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+            out: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+            names = sorted(studies)
+            for i in range(0, len(names), 500):
+                rows = s.execute(
+                    select(TrialSummary, Kernel.name, Case.axes_key, Device.name)
+                    .join(Kernel, Kernel.id == TrialSummary.kernel_id)
+                    .join(Case, Case.id == TrialSummary.case_id)
+                    .join(Device, Device.id == TrialSummary.device_id)
+                    .where(TrialSummary.study_name.in_(names[i : i + 500]),
+                           func.lower(TrialSummary.state).in_(TRIAL_STATES))
+                    .order_by(TrialSummary.study_name, TrialSummary.trial_number)
+                ).all()
+                for t, kernel, key, device in rows:
+                    msg = t.message[:EXPORT_MESSAGE_CHARS] if t.message else t.message
+                    state = t.state.lower()
+                    out.setdefault((t.study_name, kernel, key, device), []).append({
+                        "number": t.trial_number,
+                        "state": state,
+                        "config": t.config,
+                        "latency_median_us": t.latency_median_us if state == "complete" else None,
+                        "failure_kind": t.failure_kind,
+                        "message": msg,
+                    })
+            return out
+
+        return self._tx(q, write=False)
 
     def import_records(self, doc: dict[str, Any]) -> ImportReport:
         """Validate every entry, then store them all in one transaction (or none).
@@ -987,15 +1150,17 @@ class Store:
 
         def tx(s: Session) -> ImportReport:
             self._lock_counter(s, "records")
-            added = superseded = unchanged = 0
+            added = superseded = unchanged = trials = 0
             for rec in recs:
                 _, _, sup, new = self._upsert_locked(s, rec)
+                trials += self._add_trials_locked(s, rec)
                 added += new
                 superseded += sup
                 unchanged += not new
             if added:
                 self._bump(s, "records")
-            return ImportReport(added=added, superseded=superseded, unchanged=unchanged)
+            return ImportReport(added=added, superseded=superseded, unchanged=unchanged,
+                                trials_added=trials)
 
         return self._tx(tx, write=True)
 
@@ -1013,9 +1178,10 @@ def parse_records_doc(doc: Any) -> list[RecordIn]:
             f"document: 'schema' must be {EXPORT_SCHEMA!r}, got {doc.get('schema')!r}", field="schema"
         )
     version = doc.get("version")
-    if version != EXPORT_VERSION:
+    if isinstance(version, bool) or version not in IMPORT_VERSIONS:
         raise ImportRejected(
-            f"document: unsupported version {version!r}; this code reads version {EXPORT_VERSION}",
+            f"document: unsupported version {version!r}; this code reads versions "
+            f"{', '.join(map(str, IMPORT_VERSIONS))}",
             field="version",
         )
     entries = doc.get("records")

@@ -180,7 +180,7 @@ class Worker:
                     n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining,
                     runner=self.runner, job_id=job.id, progress=progress,
                     should_stop=should_stop, measure_n=self.settings.measure_n,
-                    reference=self._reference(),
+                    reference=self.settings.tune_reference,
                     next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
             except StoreUnavailable:
                 raise
@@ -206,13 +206,6 @@ class Worker:
         if not any(r.get("best_latency_us") is not None for r in results):
             return "failed", "no valid config found: every trial failed (see the trial history)"
         return "succeeded", None
-
-    def _reference(self) -> str:
-        """What tune_case measures for the record's speedups (torch.compile only on a GPU)."""
-        if self.settings.tune_reference != "auto":
-            return self.settings.tune_reference
-        return "both" if self.runner.on_gpu else "eager"
-
 
 def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:
     """A job's view of one tuned case (from the tuner's CaseResult)."""

@@ -1082,6 +1082,40 @@ class Store:
 
         return self._tx(q, write=False)
 
+    def job_trials(self, job_id: int) -> list[dict[str, Any]]:
+        """The trials a job ran, with their case and device, in case then trial-number order."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ValueError(f"job_id: expected an int, got {job_id!r}")
+
+        def q(s: Session) -> list[dict[str, Any]]:
+            rows = s.execute(
+                select(TrialSummary, Kernel.name, Case.axes, Device.name)
+                .join(Kernel, Kernel.id == TrialSummary.kernel_id)
+                .join(Case, Case.id == TrialSummary.case_id)
+                .join(Device, Device.id == TrialSummary.device_id)
+                .where(TrialSummary.job_id == job_id)
+                .order_by(Case.work.asc().nulls_last(), Case.axes_key, TrialSummary.study_name,
+                          TrialSummary.trial_number)
+            ).all()
+            return [
+                {
+                    "kernel": kernel,
+                    "axes": dict(axes),
+                    "device": device,
+                    "study_name": t.study_name,
+                    "trial_number": t.trial_number,
+                    "state": t.state,
+                    "config": t.config,
+                    "latency_median_us": t.latency_median_us,
+                    "failure_kind": t.failure_kind,
+                    "message": t.message,
+                    "job_id": t.job_id,
+                }
+                for t, kernel, axes, device in rows
+            ]
+
+        return self._tx(q, write=False)
+
     # -- export / import -------------------------------------------------------------
 
     def export_records(

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     worker_poll_seconds: float = Field(2.0, gt=0, description="an idle worker looks for queued jobs this often")
     measure_n: int = Field(30, gt=0, description="timed calls per trial (median)")
     records_check_seconds: float = Field(0.5, gt=0, description="how often /v1/best checks that records changed")
+    optuna_dashboard_url: str = Field(
+        "http://127.0.0.1:8080", description="where `kernelsearch optuna-dashboard` serves; the case pages link to it")
     tune_reference: Literal["auto", "none", "eager", "both"] = Field(
         "auto", description="references a worker times for speedups; auto: both on a GPU, eager otherwise")
 

@@ -130,3 +130,18 @@ def test_trial_summary_rejects_a_bad_job_id(store: Store) -> None:
     with pytest.raises(ValueError, match="job_id"):
         store.add_trial_summary(STUDY, KERNEL, DEVICE, AXES, 0, "complete", {}, 1.0, None, None,
                                 job_id="7")
+
+
+def test_job_trials_are_the_trials_its_job_ran(store: Store) -> None:
+    _tuned(store)
+    store.add_trial_summary("s2", KERNEL, DEVICE, {"total_patches": 32}, 0, "fail", {"BLOCK_P": 8},
+                            None, "timeout", "killed after 120 s", job_id=7)
+    store.add_trial_summary("s3", KERNEL, DEVICE, AXES, 0, "fail", {}, None, "crash", "x", job_id=8)
+    rows = store.job_trials(7)
+    # By the work the case moves; a case of unknown work last.
+    assert [(r["axes"], r["trial_number"]) for r in rows] == [(AXES, n) for n in range(4)] + [
+        ({"total_patches": 32}, 0)]
+    assert rows[-1]["failure_kind"] == "timeout" and rows[-1]["device"] == DEVICE
+    assert store.job_trials(99) == []
+    with pytest.raises(ValueError, match="job_id"):
+        store.job_trials("7")

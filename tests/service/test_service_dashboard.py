@@ -289,3 +289,20 @@ def test_best_so_far_is_drawn_as_steps() -> None:
     pts = [tuple(map(float, p.split(","))) for p in line.split()]
     # Each change of value is a vertical drop at its trial, never a diagonal.
     assert all(a[0] == b[0] or a[1] == b[1] for a, b in zip(pts, pts[1:])), pts
+
+
+def test_records_chart_legend_skips_missing_references(sqlite_store: Store) -> None:
+    """Records shipped without speedups draw no reference lines, so the legend names none."""
+    for n, lat in ((64, 9.0), (128, 20.0)):
+        sqlite_store.upsert_best(record(KB, {"seq_len": n}, lat, speedup_eager=None,
+                                        speedup_compile=None, roofline_pct=None))
+    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+        html = c.get("/").text
+    legend = re.findall(r'class="legend" data-series="([^"]+)"', html)
+    assert legend == ["tuned"]
+    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 8.0, speedup_eager=None, speedup_compile=None,
+                                    eager_latency_us=80.0, roofline_pct=None))
+    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+        html = c.get("/").text
+    assert re.findall(r'class="legend" data-series="([^"]+)"', html) == ["tuned", "eager reference"]
+    assert "10.00×" in html  # the speedup computed from the reference

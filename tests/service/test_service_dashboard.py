@@ -306,3 +306,38 @@ def test_records_chart_legend_skips_missing_references(sqlite_store: Store) -> N
         html = c.get("/").text
     assert re.findall(r'class="legend" data-series="([^"]+)"', html) == ["tuned", "eager reference"]
     assert "10.00×" in html  # the speedup computed from the reference
+
+
+@pytest.mark.browser
+def test_shipped_records_in_headless_chromium(sqlite_store: Store) -> None:
+    """The records the service ships, as a new user first sees them: every legend entry names a
+    drawn line, ticks in SI, each case page reachable."""
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    import json
+
+    shipped = Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json"
+    sqlite_store.import_records(json.loads(shipped.read_text()))
+    app = create_app(settings_for(sqlite_store.url), store=sqlite_store)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with LiveServer(app) as server, sync_api.sync_playwright() as pw:
+        browser = _browser(pw, server)
+        try:
+            page, errors, outside = _guarded_page(browser, server)
+            page.goto(f"{server.url}/")
+            for chart in page.locator("figure.chart svg").all():
+                legend = chart.locator("g.legend").evaluate_all("gs => gs.map(g => g.dataset.series)")
+                drawn = chart.locator("g.series").evaluate_all(
+                    "gs => gs.filter(g => g.querySelector('polyline, circle')).map(g => g.dataset.series)")
+                assert legend == drawn and "tuned" in legend, (legend, drawn)
+                ticks = chart.locator("text").evaluate_all("ts => ts.map(t => t.textContent)")
+                assert not [t for t in ticks if re.search(r"\de[+-]\d", t)], ticks
+            page.screenshot(path=str(ARTIFACTS / "dashboard-shipped.png"), full_page=True)
+            page.locator("table.records a").first.click()
+            page.wait_for_selector("#trials")
+            page.screenshot(path=str(ARTIFACTS / "dashboard-shipped-case.png"), full_page=True)
+            assert not errors, errors
+            assert not outside, outside
+        finally:
+            browser.close()

@@ -152,6 +152,7 @@ def test_job_page_shows_its_failed_trials(sqlite_store: Store) -> None:
         assert "&lt;script&gt;" in html and "<script>document" not in html
         running = c.get(f"/jobs/{ids['running']}").text
         assert "seq_len=1024" in running and "8.75 µs" in running  # current case, best so far
+        assert "no worker has claimed the job yet" in c.get(f"/jobs/{ids['queued']}").text
         assert c.get("/jobs/999").status_code == 404
         assert c.get("/jobs/0").status_code == 422
 

@@ -896,7 +896,9 @@ class Store:
                 "failure_kind": t.failure_kind,
                 "message": t.message,
                 "extra": None,
-                "job_id": rec.job_id,
+                # Not rec.job_id: that job belongs to the database that tuned the record, and
+                # here the number may name another job.
+                "job_id": None,
                 "created_at": now,
                 "updated_at": now,
             }

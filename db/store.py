@@ -911,6 +911,24 @@ class Store:
             added += len(s.execute(stmt.returning(TrialSummary.id)).all())
         return added
 
+    def _fill_references_locked(self, s: Session, record_id: int, rec: RecordIn) -> bool:
+        """Give a stored record the references (and speedups) it lacks and `rec`, the same
+        measurement exported by newer code, carries. True when something was filled."""
+        filled = False
+        for col in ("eager_latency_us", "compile_latency_us", "speedup_eager", "speedup_compile"):
+            value = getattr(rec, col)
+            if value is None:
+                continue
+            column = getattr(Record, col)
+            res = s.execute(
+                update(Record)
+                .where(Record.id == record_id, column.is_(None))
+                .values({column: value})
+                .execution_options(synchronize_session=False)
+            )
+            filled |= bool(res.rowcount)
+        return filled
+
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:
         """Store a result; True when it became the current best (strictly faster median, or the
         first for its key). A slower one is kept as history only. Storing the identical record
@@ -1187,13 +1205,15 @@ class Store:
         def tx(s: Session) -> ImportReport:
             self._lock_counter(s, "records")
             added = superseded = unchanged = trials = 0
+            filled = False
             for rec in recs:
-                _, _, sup, new = self._upsert_locked(s, rec)
+                rid, _, sup, new = self._upsert_locked(s, rec)
+                filled |= not new and self._fill_references_locked(s, rid, rec)
                 trials += self._add_trials_locked(s, rec)
                 added += new
                 superseded += sup
                 unchanged += not new
-            if added:
+            if added or filled:
                 self._bump(s, "records")
             return ImportReport(added=added, superseded=superseded, unchanged=unchanged,
                                 trials_added=trials)

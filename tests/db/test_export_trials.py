@@ -78,14 +78,19 @@ def test_trials_of_a_record_already_present_are_added(store: Store, tmp_path) ->
     for e in v1["records"]:
         for k in ("trials", "eager_latency_us", "compile_latency_us"):
             e.pop(k)
+        e.update(speedup_eager=None, speedup_compile=None)
     url = f"sqlite:///{tmp_path / 'old.db'}"
     upgrade(url)
     with Store(url) as old:
         assert old.import_records(v1).trials_added == 0
         assert old.trial_summaries(KERNEL, DEVICE, AXES) == []
+        v = old.records_version()
         rep = old.import_records(doc)
         assert (rep.added, rep.unchanged, rep.trials_added) == (0, 1, 4)
         assert len(old.trial_summaries(KERNEL, DEVICE, AXES)) == 4
+        (rec,) = old.list_records()  # and the references the old file lacked
+        assert (rec.eager_latency_us, rec.speedup_compile) == (50.0, 4.0)
+        assert old.records_version() > v
 
 
 def test_version_1_file_imports(store: Store) -> None:

@@ -207,6 +207,7 @@ class Worker:
             return "failed", "no valid config found: every trial failed (see the trial history)"
         return "succeeded", None
 
+
 def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:
     """A job's view of one tuned case (from the tuner's CaseResult)."""
     return {

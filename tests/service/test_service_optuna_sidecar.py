@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from kernelsearch.service.cli import app as cli
 from kernelsearch.service.cli_optuna import UnsafeBind, check_bind, is_loopback, sidecar_app
+from kernelsearch.service.settings import get_settings
 
 TOKEN = "s3cret-token"
 
@@ -49,8 +50,12 @@ def test_other_hosts_are_refused_without_the_token(host: str) -> None:
 
 
 def test_cli_refuses_a_public_host_without_a_token(sqlite_url: str) -> None:
-    res = CliRunner().invoke(cli, ["optuna-dashboard", "--url", sqlite_url, "--host", "0.0.0.0"],
-                             env={"KS_API_TOKEN": ""})
+    get_settings.cache_clear()
+    try:
+        res = CliRunner().invoke(cli, ["optuna-dashboard", "--url", sqlite_url, "--host", "0.0.0.0"],
+                                 env={"KS_API_TOKEN": ""})
+    finally:
+        get_settings.cache_clear()  # the settings read under this test's environment
     assert res.exit_code == 2
     assert "not a loopback address" in res.output
 

@@ -44,6 +44,8 @@ class Chart:
     x_ticks: list[tuple[float, str]] = field(default_factory=list)
     # Only the series that drew something: a legend names no line that is not there.
     legend: list[dict] = field(default_factory=list)
+    # Events with no value (failed trials): crosses on the x axis, each with a tooltip.
+    x_marks: list[dict] = field(default_factory=list)
     empty: bool = False
 
 
@@ -94,15 +96,16 @@ def _lin_ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> list[
     return [start + i * step for i in range(int((hi - start) / step) + 1)]
 
 
-def _legend(series: Sequence[Series], left: float, right: float) -> list[dict]:
-    """Legend entries laid out in rows from the plot's left edge, wrapping at its right edge."""
+def _legend(entries: Sequence[tuple[str, str, bool, str]], left: float, right: float) -> list[dict]:
+    """Legend entries (name, color, dashed, marker: line, dot or cross) laid out in rows from
+    the plot's left edge, wrapping at its right edge."""
     out, x, row = [], left + 8, 0
-    for s in series:
-        w = 30 + LEGEND_CHAR_PX * len(s.name)
+    for name, color, dashed, marker in entries:
+        w = 30 + LEGEND_CHAR_PX * len(name)
         if x + w > right and x > left + 8:
             x, row = left + 8, row + 1
-        out.append({"name": s.name, "color": s.color, "dashed": s.dashed, "x": round(x, 1),
-                    "y": 14 + row * LEGEND_ROW_PX, "line": s.line})
+        out.append({"name": name, "color": color, "dashed": dashed, "x": round(x, 1),
+                    "y": 14 + row * LEGEND_ROW_PX, "marker": marker})
         x += w + 14
     return out
 
@@ -110,21 +113,27 @@ def _legend(series: Sequence[Series], left: float, right: float) -> list[dict]:
 def make_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: str = "",
                x_ticks: Sequence[tuple[float, str]] | None = None, log_y: bool = True,
                width: int = 1100, height: int = 300,
-               y_format: Callable[[float], str] = si) -> Chart:
+               y_format: Callable[[float], str] = si,
+               x_marks: Sequence[tuple[float, str]] = (), x_marks_name: str = "failed",
+               x_marks_color: str = PALETTE[1]) -> Chart:
     """Scale the series into a width x height SVG with ticks; log y when values span decades.
     The SVG scales to its container's width (the viewBox keeps the proportions); `y_format`
-    labels the y ticks and the points' tooltips."""
+    labels the y ticks and the points' tooltips. `x_marks` (x, tooltip) are events without a
+    value, drawn as crosses on the x axis and named `x_marks_name` in the legend."""
     drawn = [s for s in series
              if any(y is not None and math.isfinite(y) and y > 0 for _, y in s.points)]
     left, right = 72.0, width - 16.0
-    legend = _legend(drawn, left, right)
+    entries = [(s.name, s.color, s.dashed, "line" if s.line else "dot") for s in drawn]
+    if x_marks:
+        entries.append((x_marks_name, x_marks_color, False, "cross"))
+    legend = _legend(entries, left, right)
     top = 28.0 + (legend[-1]["y"] - 14 if legend else 0)
     bottom = height - 44.0
     chart = Chart(width, height, title, y_label, x_label, (left, top, right, bottom))
     chart.legend = legend
     series = drawn
     ys = [y for s in series for _, y in s.points if y is not None and y > 0 and math.isfinite(y)]
-    xs = [x for s in series for x, _ in s.points]
+    xs = [x for s in series for x, _ in s.points] + [x for x, _ in x_marks]
     if not ys or not xs:
         chart.empty = True
         return chart
@@ -174,4 +183,6 @@ def make_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
         integer = all(float(x).is_integer() for x in xs)
         x_ticks = [(t, si(t)) for t in _lin_ticks(x_lo, x_hi, 8, integer=integer)]
     chart.x_ticks = [(sx(x), label) for x, label in x_ticks if x_lo <= x <= x_hi]
+    chart.x_marks = [{"x": sx(x), "y": bottom - 6, "title": t, "color": x_marks_color}
+                     for x, t in x_marks]
     return chart

@@ -144,9 +144,11 @@ def _history_chart(trials: list[dict[str, Any]], title: str) -> Any:
     titles = [f"trial {t.get('trial_number')}: " + (microseconds(t["latency_median_us"])
               if t.get("latency_median_us") is not None else str(t.get("failure_kind") or t.get("state")))
               for t in trials]
+    failed = [(i, titles[i]) for i, (_, y) in enumerate(points) if y is None]
     return make_chart([Series("trial latency", points, PALETTE[0], line=False, titles=titles),
-                       Series("best so far", best_pts, PALETTE[1], dots=False, step=True)],
-                      title=title, y_label="latency", x_label="trial", y_format=microseconds)
+                       Series("best so far", best_pts, PALETTE[2], dots=False, step=True)],
+                      title=title, y_label="latency", x_label="trial", y_format=microseconds,
+                      x_marks=failed, x_marks_name="failed trial")
 
 
 def _failed(t: dict[str, Any]) -> bool:

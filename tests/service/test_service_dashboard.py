@@ -119,6 +119,10 @@ def test_case_page_lists_every_trial(sqlite_store: Store) -> None:
         assert "ROWS=3" in html and "22 µs" in html
         assert f'href="/jobs/{ids["failed"]}"' in html
         assert 'data-series="best so far"' in html
+        # The two failed trials are crosses on the axis, and the legend names them.
+        marks = html[html.index('class="x-marks"'):]
+        assert marks[:marks.index("</g>")].count("<path") == 2
+        assert 'class="legend" data-series="failed trial"' in html
         assert 'href="http://127.0.0.1:8099/ks/study?name=study-b-128"' in html
         assert "version-drift" not in html  # the server's versions
         failed = c.get(CASE_128 + "&failed=1").text

@@ -92,7 +92,9 @@ def _study_redirect(storage: Any, environ: dict[str, Any], start_response: Start
     try:
         study_id = storage.get_study_id_from_name(name)
     except (KeyError, OptunaError):
-        return _reply(start_response, "404 Not Found", f"no study named {name!r}\n")
+        return _reply(start_response, "404 Not Found",
+                      f"no study named {name!r} in this database (imported records keep the name "
+                      "of the study that tuned them elsewhere)\n")
     return _reply(start_response, "302 Found", f"/dashboard/studies/{study_id}\n",
                   [("Location", f"/dashboard/studies/{quote(str(study_id))}")])
 

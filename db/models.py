@@ -185,6 +185,10 @@ class Record(Base):
     roofline_pct: Mapped[float | None] = mapped_column(Float)
     speedup_eager: Mapped[float | None] = mapped_column(Float)
     speedup_compile: Mapped[float | None] = mapped_column(Float)
+    # The PyTorch references' median latencies measured with the record (same timing method):
+    # what the speedups are ratios of, shipped with the record so they stay computable.
+    eager_latency_us: Mapped[float | None] = mapped_column(Float)
+    compile_latency_us: Mapped[float | None] = mapped_column(Float)
     rel_error: Mapped[float] = mapped_column(Float)
     n_trials: Mapped[int] = mapped_column(Integer)
     n_failed: Mapped[int] = mapped_column(Integer)
@@ -219,6 +223,8 @@ class TrialSummary(Base):
     failure_kind: Mapped[str | None] = mapped_column(String(32))
     message: Mapped[str | None] = mapped_column(Text)
     extra: Mapped[dict[str, Any] | None]
+    # The tuning job whose study ran the trial (a plain number, like Record.job_id).
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -42,7 +42,11 @@ from .models import (
 )
 
 EXPORT_SCHEMA = "kernelsearch.records"
-EXPORT_VERSION = 1
+# Version 2 adds each record's trials and its references' latencies; version 1 still imports.
+EXPORT_VERSION = 2
+IMPORT_VERSIONS = (1, 2)
+TRIAL_STATES = ("complete", "fail")
+EXPORT_MESSAGE_CHARS = 2000
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
 _RETRIES = 6
 T = TypeVar("T")
@@ -123,10 +127,26 @@ class RecordIn:
     roofline_pct: float | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    eager_latency_us: float | None = None
+    compile_latency_us: float | None = None
     study_name: str | None = None
     job_id: int | None = None
     device_info: dict[str, Any] | None = None
     tuned_at: datetime = field(default_factory=utcnow)
+    # The trials of the record's study (an import carries them; the tuner stores its own).
+    trials: list[TrialIn] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialIn:
+    """One trial of a record's study as an export carries it (Optuna's trial number)."""
+
+    number: int
+    state: str
+    config: dict[str, Any]
+    latency_median_us: float | None = None
+    failure_kind: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +178,8 @@ class RecordView:
     is_current: bool
     superseded_at: datetime | None
     superseded_by: int | None = None
+    eager_latency_us: float | None = None
+    compile_latency_us: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: _iso(v) for k, v in asdict(self).items()}
@@ -171,6 +193,7 @@ class ImportReport:
     added: int = 0
     superseded: int = 0
     unchanged: int = 0
+    trials_added: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -219,6 +242,39 @@ class DeviceInfoDoc(BaseModel):
     interpreter: bool | None = None
 
 
+class TrialDoc(BaseModel):
+    """One trial as exported (version 2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: StrictInt
+    state: Literal["complete", "fail"]
+    config: dict[str, Any]
+    latency_median_us: float | None = None
+    failure_kind: str | None = None
+    message: str | None = None
+
+    @field_validator("number")
+    @classmethod
+    def _number(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    @field_validator("latency_median_us")
+    @classmethod
+    def _latency(cls, v: float | None) -> float | None:
+        return _finite(v, "latency_median_us", positive=True)
+
+    @model_validator(mode="after")
+    def _outcome(self) -> TrialDoc:
+        if self.state == "complete" and self.latency_median_us is None:
+            raise ValueError("a complete trial needs latency_median_us")
+        if self.state == "fail" and self.latency_median_us is not None:
+            raise ValueError("a failed trial has no latency_median_us")
+        return self
+
+
 class RecordDoc(BaseModel):
     """One record as exported; the same rules validate `RecordIn` before it is stored.
 
@@ -245,12 +301,15 @@ class RecordDoc(BaseModel):
     roofline_pct: float | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    eager_latency_us: float | None = None
+    compile_latency_us: float | None = None
     rel_error: float
     n_trials: StrictInt = Field(ge=0, le=INT32_MAX)
     n_failed: StrictInt = Field(0, ge=0, le=INT32_MAX)
     study_name: str | None = Field(None, max_length=_width(Record.study_name))
     job_id: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
     tuned_at: datetime = Field(strict=False)
+    trials: list[TrialDoc] = []
     # Present in exports for readers; ignored on import (the supersede rule decides them).
     id: int | None = None
     is_current: bool | None = None
@@ -282,7 +341,8 @@ class RecordDoc(BaseModel):
         return _finite(v, info.field_name)
 
     @field_validator(
-        "latency_median_us", "latency_min_us", "latency_max_us", "speedup_eager", "speedup_compile"
+        "latency_median_us", "latency_min_us", "latency_max_us", "speedup_eager", "speedup_compile",
+        "eager_latency_us", "compile_latency_us",
     )
     @classmethod
     def _positive(cls, v: float | None, info: Any) -> float | None:
@@ -299,11 +359,31 @@ class RecordDoc(BaseModel):
             raise ValueError("latencies must satisfy latency_min_us <= latency_median_us <= latency_max_us")
         return self
 
+    @model_validator(mode="after")
+    def _speedups_from_references(self) -> RecordDoc:
+        # A speedup is the reference's latency over the record's: computable whenever the
+        # reference was measured, so a record that carries one always shows the other.
+        if self.speedup_eager is None and self.eager_latency_us is not None:
+            self.speedup_eager = self.eager_latency_us / self.latency_median_us
+        if self.speedup_compile is None and self.compile_latency_us is not None:
+            self.speedup_compile = self.compile_latency_us / self.latency_median_us
+        return self
+
+    @model_validator(mode="after")
+    def _trials_need_a_study(self) -> RecordDoc:
+        if self.trials and not self.study_name:
+            raise ValueError("trials need the record's study_name")
+        numbers = [t.number for t in self.trials]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("trials: each trial number may appear once")
+        return self
+
     def to_record_in(self) -> RecordIn:
         names = {f.name for f in fields(RecordIn)}
         d = {k: v for k, v in self.model_dump().items() if k in names}
         # device_info as given: no keys added for the columns it did not name.
         d["device_info"] = self.device_info.model_dump(exclude_unset=True) if self.device_info else None
+        d["trials"] = [TrialIn(**t) for t in d.get("trials") or []]
         return RecordIn(**d)
 
 
@@ -767,6 +847,8 @@ class Store:
             is_current=r.is_current,
             superseded_at=r.superseded_at,
             superseded_by=r.superseded_by,
+            eager_latency_us=r.eager_latency_us,
+            compile_latency_us=r.compile_latency_us,
         )
 
     def _load_record(self, s: Session, record_id: int) -> RecordView:
@@ -812,6 +894,8 @@ class Store:
             roofline_pct=rec.roofline_pct,
             speedup_eager=rec.speedup_eager,
             speedup_compile=rec.speedup_compile,
+            eager_latency_us=rec.eager_latency_us,
+            compile_latency_us=rec.compile_latency_us,
             rel_error=rec.rel_error,
             n_trials=rec.n_trials,
             n_failed=rec.n_failed,
@@ -835,6 +919,61 @@ class Store:
             )
         return row.id, better, better and current is not None, True
 
+    def _add_trials_locked(self, s: Session, rec: RecordIn) -> int:
+        """Store the trials a record carries under its study; trials already there are kept as
+        they are. Returns how many were new."""
+        if not rec.trials or not rec.study_name:
+            return 0
+        kernel_id = self._kernel_id(s, rec.kernel)
+        case_id = self._case_id(s, kernel_id, rec.axes, rec.work)
+        device_id = self._device_id(s, rec.device, rec.device_info)
+        now = utcnow()
+        rows = [
+            {
+                "study_name": rec.study_name,
+                "trial_number": t.number,
+                "kernel_id": kernel_id,
+                "case_id": case_id,
+                "device_id": device_id,
+                "state": t.state,
+                "config": t.config,
+                "latency_median_us": t.latency_median_us,
+                "failure_kind": t.failure_kind,
+                "message": t.message,
+                "extra": None,
+                # Not rec.job_id: that job belongs to the database that tuned the record, and
+                # here the number may name another job.
+                "job_id": None,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for t in rec.trials
+        ]
+        added = 0
+        for i in range(0, len(rows), 200):
+            ins = self._insert(s, TrialSummary).values(rows[i : i + 200])
+            stmt = ins.on_conflict_do_nothing(index_elements=["study_name", "trial_number"])
+            added += len(s.execute(stmt.returning(TrialSummary.id)).all())
+        return added
+
+    def _fill_references_locked(self, s: Session, record_id: int, rec: RecordIn) -> bool:
+        """Give a stored record the references (and speedups) it lacks and `rec`, the same
+        measurement exported by newer code, carries. True when something was filled."""
+        filled = False
+        for col in ("eager_latency_us", "compile_latency_us", "speedup_eager", "speedup_compile"):
+            value = getattr(rec, col)
+            if value is None:
+                continue
+            column = getattr(Record, col)
+            res = s.execute(
+                update(Record)
+                .where(Record.id == record_id, column.is_(None))
+                .values({column: value})
+                .execution_options(synchronize_session=False)
+            )
+            filled |= bool(res.rowcount)
+        return filled
+
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:
         """Store a result; True when it became the current best (strictly faster median, or the
         first for its key). A slower one is kept as history only. Storing the identical record
@@ -844,6 +983,7 @@ class Store:
         def tx(s: Session) -> tuple[RecordView, bool]:
             self._lock_counter(s, "records")
             rid, improved, _, new = self._upsert_locked(s, rec)
+            self._add_trials_locked(s, rec)
             if new:
                 self._bump(s, "records")
             return self._load_record(s, rid), improved
@@ -944,8 +1084,10 @@ class Store:
         failure_kind: str | None,
         message: str | None,
         extra: dict[str, Any] | None = None,
+        job_id: int | None = None,
     ) -> None:
-        """Store (or update) one trial's outcome, keyed by (study_name, trial_number)."""
+        """Store (or update) one trial's outcome, keyed by (study_name, trial_number); `job_id`
+        names the tuning job that ran it."""
         _check_name(study_name, "study_name")
         _check_name(kernel, "kernel")
         _check_name(device, "device")
@@ -955,6 +1097,8 @@ class Store:
             raise ValueError(f"trial_number: expected an int >= 0, got {trial_number!r}")
         if not isinstance(config, dict):
             raise ValueError(f"config: expected a dict, got {type(config).__name__}")
+        if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int)):
+            raise ValueError(f"job_id: expected an int or None, got {job_id!r}")
 
         def tx(s: Session) -> None:
             kernel_id = self._kernel_id(s, kernel)
@@ -968,6 +1112,7 @@ class Store:
                 "failure_kind": failure_kind,
                 "message": message,
                 "extra": extra,
+                "job_id": job_id,
                 "updated_at": now,
             }
             ins = self._insert(s, TrialSummary).values(
@@ -1006,10 +1151,45 @@ class Store:
                     "failure_kind": t.failure_kind,
                     "message": t.message,
                     "extra": t.extra,
+                    "job_id": t.job_id,
                     "created_at": t.created_at.isoformat(),
                     "updated_at": t.updated_at.isoformat(),
                 }
                 for t in rows
+            ]
+
+        return self._tx(q, write=False)
+
+    def job_trials(self, job_id: int) -> list[dict[str, Any]]:
+        """The trials a job ran, with their case and device, in case then trial-number order."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ValueError(f"job_id: expected an int, got {job_id!r}")
+
+        def q(s: Session) -> list[dict[str, Any]]:
+            rows = s.execute(
+                select(TrialSummary, Kernel.name, Case.axes, Device.name)
+                .join(Kernel, Kernel.id == TrialSummary.kernel_id)
+                .join(Case, Case.id == TrialSummary.case_id)
+                .join(Device, Device.id == TrialSummary.device_id)
+                .where(TrialSummary.job_id == job_id)
+                .order_by(Case.work.asc().nulls_last(), Case.axes_key, TrialSummary.study_name,
+                          TrialSummary.trial_number)
+            ).all()
+            return [
+                {
+                    "kernel": kernel,
+                    "axes": dict(axes),
+                    "device": device,
+                    "study_name": t.study_name,
+                    "trial_number": t.trial_number,
+                    "state": t.state,
+                    "config": t.config,
+                    "latency_median_us": t.latency_median_us,
+                    "failure_kind": t.failure_kind,
+                    "message": t.message,
+                    "job_id": t.job_id,
+                }
+                for t, kernel, axes, device in rows
             ]
 
         return self._tx(q, write=False)
@@ -1022,11 +1202,13 @@ class Store:
         """A JSON-able document of records, oldest first so an import replays the history."""
         recs = self.list_records(kernel=kernel, device=device, include_history=include_history)
         recs.sort(key=lambda r: (r.tuned_at, r.id))
+        trials = self._export_trials({r.study_name for r in recs if r.study_name})
         out = []
         for r in recs:
             d = r.as_dict()
             for k in ("id", "superseded_by"):
                 d.pop(k)
+            d["trials"] = trials.get((r.study_name, r.kernel, axes_key(r.axes), r.device), [])
             out.append(d)
         return {
             "schema": EXPORT_SCHEMA,
@@ -1035,6 +1217,40 @@ class Store:
             "filters": {"kernel": kernel, "device": device, "include_history": include_history},
             "records": out,
         }
+
+    def _export_trials(self, studies: set[str]) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+        """The trials of these studies as an export carries them, per (study, kernel, axes key,
+        device), in trial-number order; messages cut to EXPORT_MESSAGE_CHARS."""
+        if not studies:
+            return {}
+
+        def q(s: Session) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
+            out: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+            names = sorted(studies)
+            for i in range(0, len(names), 500):
+                rows = s.execute(
+                    select(TrialSummary, Kernel.name, Case.axes_key, Device.name)
+                    .join(Kernel, Kernel.id == TrialSummary.kernel_id)
+                    .join(Case, Case.id == TrialSummary.case_id)
+                    .join(Device, Device.id == TrialSummary.device_id)
+                    .where(TrialSummary.study_name.in_(names[i : i + 500]),
+                           func.lower(TrialSummary.state).in_(TRIAL_STATES))
+                    .order_by(TrialSummary.study_name, TrialSummary.trial_number)
+                ).all()
+                for t, kernel, key, device in rows:
+                    msg = t.message[:EXPORT_MESSAGE_CHARS] if t.message else t.message
+                    state = t.state.lower()
+                    out.setdefault((t.study_name, kernel, key, device), []).append({
+                        "number": t.trial_number,
+                        "state": state,
+                        "config": t.config,
+                        "latency_median_us": t.latency_median_us if state == "complete" else None,
+                        "failure_kind": t.failure_kind,
+                        "message": msg,
+                    })
+            return out
+
+        return self._tx(q, write=False)
 
     def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None) -> ImportReport:
         """Validate every entry (and `check` it, see parse_records_doc), then store them all in
@@ -1047,15 +1263,19 @@ class Store:
 
         def tx(s: Session) -> ImportReport:
             self._lock_counter(s, "records")
-            added = superseded = unchanged = 0
+            added = superseded = unchanged = trials = 0
+            filled = False
             for rec in recs:
-                _, _, sup, new = self._upsert_locked(s, rec)
+                rid, _, sup, new = self._upsert_locked(s, rec)
+                filled |= not new and self._fill_references_locked(s, rid, rec)
+                trials += self._add_trials_locked(s, rec)
                 added += new
                 superseded += sup
                 unchanged += not new
-            if added:
+            if added or filled:
                 self._bump(s, "records")
-            return ImportReport(added=added, superseded=superseded, unchanged=unchanged)
+            return ImportReport(added=added, superseded=superseded, unchanged=unchanged,
+                                trials_added=trials)
 
         return self._tx(tx, write=True)
 
@@ -1078,9 +1298,10 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None) -> list[Reco
             f"document: 'schema' must be {EXPORT_SCHEMA!r}, got {doc.get('schema')!r}", field="schema"
         )
     version = doc.get("version")
-    if type(version) is not int or version != EXPORT_VERSION:  # `true` == 1 in Python
+    if type(version) is not int or version not in IMPORT_VERSIONS:  # `true` == 1 in Python
         raise ImportRejected(
-            f"document: unsupported version {version!r}; this code reads version {EXPORT_VERSION}",
+            f"document: unsupported version {version!r}; this code reads versions "
+            f"{', '.join(map(str, IMPORT_VERSIONS))}",
             field="version",
         )
     entries = doc.get("records")

@@ -38,6 +38,7 @@ from .space import SearchSpace, get_space
 log = logging.getLogger(__name__)
 
 SAMPLERS = ("tpe", "random", "grid", "gp", "cmaes")
+REFERENCES = ("auto", "none", "eager", "both")
 CONSTRAINT = "ks_failure"
 # Attributes the tuner keeps on each Optuna trial (user_attrs).
 A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN, A_TAG = (
@@ -303,7 +304,7 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
               progress: Callable[[int, int, float | None], None] | None = None,
               should_stop: Callable[[], bool] | None = None, measure_n: int | None = None,
               space: SearchSpace | None = None, name: str | None = None,
-              heartbeat_s: int = 10, reference: str = "none",
+              heartbeat_s: int = 10, reference: str = "auto",
               copy_bandwidth: float | None = None, write_record: bool = True,
               max_rejected: int | None = None,
               storage: optuna.storages.BaseStorage | None = None,
@@ -324,7 +325,8 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
 
     `progress(done, n_trials, best_us)` is called after every evaluated trial. `space` overrides
     the packaged space, `name` the study name (experiments), `reference` ("none", "eager",
-    "both") measures the PyTorch reference for the record's speedups, `copy_bandwidth` (bytes/s)
+    "both", "auto": both on a GPU, eager otherwise) measures the PyTorch references once for the
+    record's speedups (a record that ships without them has none to show), `copy_bandwidth` (bytes/s)
     gives the roofline (measured on a GPU when not given). `storage` replaces the RDB storage
     of `storage_url` (experiments replaying a table in memory, or one storage shared by the
     cases of a run), and `summaries=False` skips the store's per-trial summaries. `next_case`
@@ -347,8 +349,8 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
         raise TuneError(f"patience: must be >= 1, got {patience!r}")
     if measure_n is not None and measure_n < 1:
         raise TuneError(f"measure_n: must be >= 1, got {measure_n!r}")
-    if reference not in ("none", "eager", "both"):
-        raise TuneError(f"reference: expected none, eager or both, got {reference!r}")
+    if reference not in REFERENCES:
+        raise TuneError(f"reference: expected one of {', '.join(REFERENCES)}, got {reference!r}")
     space = space or get_space(kernel)
     if space.kernel.name != kernel:
         raise TuneError(f"space: written for {space.kernel.name!r}, not {kernel!r}")
@@ -371,6 +373,7 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
                                     load_if_exists=True)
         loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
                      sampler, measure_n, seed, summaries, run_tag=run_tag, cancel=cancel)
+        loop.job_id = job_id
         if next_case is not None:
             loop.near_end = lambda: _prefetch_next(loop, next_case)
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
@@ -435,6 +438,7 @@ class _Loop:
         self.worst_ok: float | None = None
         # Called once when half the budget is spent (tune_case's next_case look-ahead).
         self.near_end: Callable[[], Any] | None = None
+        self.job_id: int | None = None  # the job whose trials these are (trial summaries)
         self._load_existing()
 
     # -- state from the study --------------------------------------------------------------
@@ -674,7 +678,7 @@ class _Loop:
                 self.study.study_name, self.kernel, self.device, self.axes, trial.number,
                 "complete" if out.ok else "fail", cfg,
                 out.timing.get("median_us") if out.ok else None,
-                out.failure_kind, out.message or None, extra)
+                out.failure_kind, out.message or None, extra, job_id=self.job_id)
         except Exception as exc:  # the study holds the trial; a lost summary is only a log line
             log.warning("trial summary of %s #%d not stored: %s", self.study.study_name,
                         trial.number, exc)
@@ -716,18 +720,20 @@ class _Loop:
                 floor_s.append(float(kdef.flops(self.axes)) / peak)
             if floor_s:
                 roofline = 100.0 * max(floor_s) / (value * 1e-6)
-        speed_eager = speed_compile = None
+        if reference == "auto":
+            reference = "both" if self.runner.on_gpu else "eager"
         if kdef.torch_reference is None:
             reference = "none"
+        eager_us = compile_us = None
         if reference in ("eager", "both"):
             ref = self.runner.measure_reference(self.kernel, self.axes, n=self.measure_n)
             if ref.get("method") == method:
-                speed_eager = ref["median_us"] / value
+                eager_us = float(ref["median_us"])
         if reference == "both":
             ref = self.runner.measure_reference(self.kernel, self.axes, compiled=True,
                                                 n=self.measure_n)
             if ref.get("method") == method:
-                speed_compile = ref["median_us"] / value
+                compile_us = float(ref["median_us"])
         versions = self.runner.versions or {}
         return RecordIn(
             kernel=self.kernel, axes=dict(self.axes), work=work, device=self.device,
@@ -738,7 +744,7 @@ class _Loop:
             latency_max_us=float(timing.get("max_us", value)),
             latency_iqr_us=float(timing.get("iqr_us", 0.0)), timing_method=method,
             rel_error=max(errs) if errs else 0.0, n_trials=self.evaluated, n_failed=self.failed,
-            roofline_pct=roofline, speedup_eager=speed_eager, speedup_compile=speed_compile,
+            roofline_pct=roofline, eager_latency_us=eager_us, compile_latency_us=compile_us,
             study_name=self.study.study_name, job_id=job_id,
             tuned_at=datetime.now(timezone.utc))
 

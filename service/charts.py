@@ -6,8 +6,11 @@ the template's autoescaping like any other text.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Sequence
+
+from matplotlib.ticker import EngFormatter
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
@@ -22,6 +25,8 @@ class Series:
     line: bool = True
     dots: bool = True
     dashed: bool = False
+    # Drawn as steps (a value holds until the next point), as a best-so-far curve is.
+    step: bool = False
     # One tooltip per point (same order as points), shown as the SVG <title>.
     titles: Sequence[str] | None = None
 
@@ -37,15 +42,30 @@ class Chart:
     paths: list[dict] = field(default_factory=list)
     y_ticks: list[tuple[float, str]] = field(default_factory=list)
     x_ticks: list[tuple[float, str]] = field(default_factory=list)
+    # Only the series that drew something: a legend names no line that is not there.
+    legend: list[dict] = field(default_factory=list)
+    # Events with no value (failed trials): crosses on the x axis, each with a tooltip.
+    x_marks: list[dict] = field(default_factory=list)
     empty: bool = False
 
 
-def _fmt(v: float) -> str:
-    if v >= 1000:
-        return f"{v / 1000:.3g}k"
-    if v >= 1:
-        return f"{v:.3g}"
-    return f"{v:.2g}"
+_SI = EngFormatter(sep="")
+_SECONDS = EngFormatter(unit="s")
+
+
+def si(v: float) -> str:
+    """A plain number with an SI prefix: 1k, 1.5M, 20 (never 1e+03k)."""
+    return str(_SI(v))
+
+
+def microseconds(us: float) -> str:
+    """A latency given in microseconds, as seconds with an SI prefix and at most four significant
+    digits: 370 ns, 3.785 µs, 1.2 ms."""
+    return str(_SECONDS(float(f"{us * 1e-6:.4g}")))
+
+
+LEGEND_CHAR_PX = 6.5
+LEGEND_ROW_PX = 16
 
 
 def _log_ticks(lo: float, hi: float) -> list[float]:
@@ -76,14 +96,44 @@ def _lin_ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> list[
     return [start + i * step for i in range(int((hi - start) / step) + 1)]
 
 
+def _legend(entries: Sequence[tuple[str, str, bool, str]], left: float, right: float) -> list[dict]:
+    """Legend entries (name, color, dashed, marker: line, dot or cross) laid out in rows from
+    the plot's left edge, wrapping at its right edge."""
+    out, x, row = [], left + 8, 0
+    for name, color, dashed, marker in entries:
+        w = 30 + LEGEND_CHAR_PX * len(name)
+        if x + w > right and x > left + 8:
+            x, row = left + 8, row + 1
+        out.append({"name": name, "color": color, "dashed": dashed, "x": round(x, 1),
+                    "y": 14 + row * LEGEND_ROW_PX, "marker": marker})
+        x += w + 14
+    return out
+
+
 def make_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: str = "",
                x_ticks: Sequence[tuple[float, str]] | None = None, log_y: bool = True,
-               width: int = 720, height: int = 280) -> Chart:
-    """Scale the series into a width x height SVG with ticks; log y when values span decades."""
-    left, top, right, bottom = 64.0, 28.0, width - 16.0, height - 44.0
+               width: int = 1100, height: int = 300,
+               y_format: Callable[[float], str] = si,
+               x_marks: Sequence[tuple[float, str]] = (), x_marks_name: str = "failed",
+               x_marks_color: str = PALETTE[1]) -> Chart:
+    """Scale the series into a width x height SVG with ticks; log y when values span decades.
+    The SVG scales to its container's width (the viewBox keeps the proportions); `y_format`
+    labels the y ticks and the points' tooltips. `x_marks` (x, tooltip) are events without a
+    value, drawn as crosses on the x axis and named `x_marks_name` in the legend."""
+    drawn = [s for s in series
+             if any(y is not None and math.isfinite(y) and y > 0 for _, y in s.points)]
+    left, right = 72.0, width - 16.0
+    entries = [(s.name, s.color, s.dashed, "line" if s.line else "dot") for s in drawn]
+    if x_marks:
+        entries.append((x_marks_name, x_marks_color, False, "cross"))
+    legend = _legend(entries, left, right)
+    top = 28.0 + (legend[-1]["y"] - 14 if legend else 0)
+    bottom = height - 44.0
     chart = Chart(width, height, title, y_label, x_label, (left, top, right, bottom))
+    chart.legend = legend
+    series = drawn
     ys = [y for s in series for _, y in s.points if y is not None and y > 0 and math.isfinite(y)]
-    xs = [x for s in series for x, _ in s.points]
+    xs = [x for s in series for x, _ in s.points] + [x for x, _ in x_marks]
     if not ys or not xs:
         chart.empty = True
         return chart
@@ -116,8 +166,10 @@ def make_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
                     segments.append([])
                 continue
             p = (sx(x), sy(y))
+            if s.step and segments[-1]:
+                segments[-1].append((p[0], segments[-1][-1][1]))
             segments[-1].append(p)
-            title = s.titles[i] if s.titles is not None else f"{s.name}: {_fmt(y)}"
+            title = s.titles[i] if s.titles is not None else f"{s.name}: {y_format(y)}"
             dots.append({"x": p[0], "y": p[1], "title": title})
         chart.paths.append({
             "name": s.name, "color": s.color, "dashed": s.dashed,
@@ -126,9 +178,11 @@ def make_chart(series: Sequence[Series], *, title: str, y_label: str, x_label: s
             "dots": dots if s.dots else [],
         })
     ticks = _log_ticks(y_lo, y_hi) if use_log else _lin_ticks(y_lo, y_hi)
-    chart.y_ticks = [(sy(t), _fmt(t)) for t in ticks if t > 0 or not use_log]
+    chart.y_ticks = [(sy(t), y_format(t)) for t in ticks if t > 0 or not use_log]
     if x_ticks is None:
         integer = all(float(x).is_integer() for x in xs)
-        x_ticks = [(t, _fmt(t)) for t in _lin_ticks(x_lo, x_hi, 8, integer=integer)]
+        x_ticks = [(t, si(t)) for t in _lin_ticks(x_lo, x_hi, 8, integer=integer)]
     chart.x_ticks = [(sx(x), label) for x, label in x_ticks if x_lo <= x <= x_hi]
+    chart.x_marks = [{"x": sx(x), "y": bottom - 6, "title": t, "color": x_marks_color}
+                     for x, t in x_marks]
     return chart

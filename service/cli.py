@@ -77,9 +77,9 @@ def kernels_cmd(
 
 
 def _register() -> None:
-    from . import cli_bench, cli_db, cli_serve, cli_tune
+    from . import cli_bench, cli_db, cli_optuna, cli_serve, cli_tune
 
-    for mod in (cli_db, cli_tune, cli_bench, cli_serve):
+    for mod in (cli_db, cli_tune, cli_bench, cli_serve, cli_optuna):
         mod.register(app)
 
 

@@ -211,6 +211,7 @@ def records_import(
     typer.echo(f"added: {report.added}")
     typer.echo(f"superseded: {report.superseded}")
     typer.echo(f"unchanged: {report.unchanged}")
+    typer.echo(f"trials added: {report.trials_added}")
 
 
 def _fmt_axes(axes: dict[str, int]) -> str:

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     cancel_poll_seconds: float = Field(1.0, gt=0, description="how often a worker checks that its "
                                                              "job was cancelled (the trial is then killed)")
     records_check_seconds: float = Field(0.5, gt=0, description="how often /v1/best checks that records changed")
+    optuna_dashboard_url: str = Field(
+        "http://127.0.0.1:8080", description="where `kernelsearch optuna-dashboard` serves; the case pages link to it")
     tune_reference: Literal["auto", "none", "eager", "both"] = Field(
         "auto", description="references a worker times for speedups; auto: both on a GPU, eager otherwise")
 

@@ -222,7 +222,7 @@ class Worker:
                     runner=self.runner, job_id=job.id, progress=progress,
                     should_stop=should_stop, measure_n=self.settings.measure_n,
                     run_tag=f"job:{job.id}", cancel=self._job_cancelled,
-                    reference=self._reference(),
+                    reference=self.settings.tune_reference,
                     next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
             except StoreUnavailable:
                 raise
@@ -254,12 +254,6 @@ class Worker:
         """Asked while a trial runs: a cancelled job stops it now (a SIGTERM lets it end)."""
         watch = self._cancel_watch
         return watch is not None and watch.cancelled.is_set()
-
-    def _reference(self) -> str:
-        """What tune_case measures for the record's speedups (torch.compile only on a GPU)."""
-        if self.settings.tune_reference != "auto":
-            return self.settings.tune_reference
-        return "both" if self.runner.on_gpu else "eager"
 
 
 def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:

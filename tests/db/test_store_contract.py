@@ -10,7 +10,7 @@ import pytest
 from helpers import DEVICE, KERNEL, make_record
 
 from kernelsearch.db.errors import Conflict, ImportRejected, SchemaBehind, StoreUnavailable
-from kernelsearch.db.store import EXPORT_SCHEMA, Store
+from kernelsearch.db.store import EXPORT_SCHEMA, EXPORT_VERSION, Store
 
 CASES = [{"total_patches": 64}, {"total_patches": 128}]
 
@@ -258,7 +258,7 @@ def _seed(store: Store) -> None:
 def test_export_import_round_trip_is_idempotent(store: Store, tmp_path) -> None:
     _seed(store)
     doc = store.export_records(include_history=True)
-    assert doc["schema"] == EXPORT_SCHEMA and doc["version"] == 1 and len(doc["records"]) == 3
+    assert doc["schema"] == EXPORT_SCHEMA and doc["version"] == EXPORT_VERSION and len(doc["records"]) == 3
     doc = json.loads(json.dumps(doc))
 
     # Into itself: nothing changes.

@@ -58,3 +58,18 @@ def test_shipped_file_is_valid_for_this_code() -> None:
     for name, k in kernels.all_kernels().items():
         missing = [c.axes for c in k.cases if (name, tuple(sorted(c.axes.items()))) not in suites]
         assert not missing, f"{name}: suite cases without a shipped record: {missing}"
+
+
+def _shipped_version() -> int | None:
+    return json.loads(SHIPPED.read_text()).get("version") if SHIPPED.exists() else None
+
+
+@pytest.mark.skipif((_shipped_version() or 0) < 2,
+                    reason="the shipped file is export version 1 (no trials): re-export it with this code")
+def test_shipped_records_carry_their_trials_and_speedups() -> None:
+    for r in parse_records_doc(json.loads(SHIPPED.read_text())):
+        label = f"{r.kernel} {r.axes}"
+        assert len(r.trials) == r.n_trials, f"{label}: {len(r.trials)} trials shipped, {r.n_trials} reported"
+        assert sum(t.state == "fail" for t in r.trials) == r.n_failed, label
+        assert r.eager_latency_us and r.speedup_eager, f"{label}: no eager reference"
+        assert r.compile_latency_us and r.speedup_compile, f"{label}: no torch.compile reference"

@@ -74,8 +74,9 @@ def test_job_tuned_end_to_end_and_served(sqlite_store: Store, runner: TrialRunne
                                          "seq_len": 50}).json()
         assert near["match"] == "nearest" and near["case"] == {"seq_len": 3}
         assert len(_evaluated(sqlite_store, {"seq_len": 2})) == 2
-        html = c.get("/").text
+        html = c.get("/case", params={"kernel": KB, "device": INTERPRETER_DEVICE, "seq_len": 2}).text
         assert "Optimisation history" in html and "trial latency" in html
+        assert "2 trials" in html and f'href="/jobs/{job["id"]}"' in html  # the trials name their job
 
 
 def test_abandoned_job_resumed_by_another_worker(sqlite_store: Store, runner: TrialRunner) -> None:

@@ -125,9 +125,9 @@ class Axis:
     def categorical(self) -> bool:
         return bool(self.choices)
 
-    def parse(self, v: Any, kernel: str = "") -> AxisValue:
-        """Check one value of this axis: a strict int (no bool, no `1_000`, ASCII digits only) in
-        range, or one of the categories."""
+    def parse(self, v: Any, kernel: str = "", *, strict: bool = False) -> AxisValue:
+        """Check one value of this axis: an int (no bool; text only without `strict`, and then
+        ASCII digits alone, no `1_000`) in range, or one of the categories."""
         where = f"{kernel}: axis {self.name!r}" if kernel else f"axis {self.name!r}"
         if self.categorical:
             sv = v
@@ -136,7 +136,7 @@ class Axis:
             if not isinstance(sv, str) or sv not in self.choices:
                 raise ValueError(f"{where} must be one of {list(self.choices)}, got {v!r}")
             return sv
-        if isinstance(v, bool) or not isinstance(v, (int, str)):
+        if isinstance(v, bool) or not isinstance(v, (int, str)) or (strict and isinstance(v, str)):
             raise ValueError(f"{where} must be an integer, got {v!r}")
         if isinstance(v, str):
             t = v.strip()
@@ -356,8 +356,9 @@ class KernelDef:
         return out
 
     # -- shapes ----------------------------------------------------------------------------
-    def validate_axes(self, axes: Mapping[str, Any]) -> dict[str, AxisValue]:
-        """Check a user's case axes; extra informational axes are dropped, unknown ones rejected."""
+    def validate_axes(self, axes: Mapping[str, Any], *, strict: bool = False) -> dict[str, AxisValue]:
+        """Check a user's case axes; extra informational axes are dropped, unknown ones rejected.
+        `strict` (typed input such as JSON) refuses text for an integer axis."""
         if not isinstance(axes, Mapping):
             raise ValueError(f"{self.name}: case axes must be a mapping")
         names = {a.name for a in self.axes}
@@ -368,7 +369,7 @@ class KernelDef:
         for a in self.axes:
             if a.name not in axes:
                 raise ValueError(f"{self.name}: missing axis {a.name!r}")
-            out[a.name] = a.parse(axes[a.name], self.name)
+            out[a.name] = a.parse(axes[a.name], self.name, strict=strict)
         return out
 
     def distance(self, a: Axes, b: Axes) -> float:

@@ -396,7 +396,7 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
             cases = []
             for i, axes in enumerate(body.cases):
                 try:
-                    cases.append(k.validate_axes(axes))
+                    cases.append(k.validate_axes(axes, strict=True))
                 except ValueError as exc:
                     raise HTTPException(422, f"cases[{i}]: {exc}") from None
             cases = list({tuple(sorted(c.items())): c for c in cases}.values())

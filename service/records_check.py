@@ -23,7 +23,7 @@ def check_against_kernel(rec: RecordIn) -> None:
     except kernels.UnknownKernel as e:
         raise ImportRejected(str(e), field="kernel") from None
     try:
-        axes = k.validate_axes(rec.axes)
+        axes = k.validate_axes(rec.axes, strict=True)
     except ValueError as e:
         raise ImportRejected(str(e), field="axes") from None
     if axes != rec.axes:

@@ -137,7 +137,7 @@ def test_case_page_lists_every_trial(sqlite_store: Store) -> None:
     ({"kernel": "nope", "device": H200, "seq_len": 1}, 404, "no kernel"),
     ({"kernel": KB, "device": H200}, 422, "axes"),
     ({"kernel": KB, "device": H200, "seq_len": "x"}, 422, "axes"),
-    ({"kernel": KB, "device": "a\x00b", "seq_len": 1}, 422, "control characters"),
+    ({"kernel": KB, "device": "a\x00b", "seq_len": 1}, 422, "control character"),
     ({"kernel": KB, "device": H200, "seq_len": 1, "job": "1e3"}, 422, "job"),
     ({"device": H200}, 422, "needs kernel"),
 ])

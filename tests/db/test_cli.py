@@ -7,6 +7,7 @@ import pytest
 from helpers import KERNEL, make_record
 from typer.testing import CliRunner
 
+from kernelsearch.db.engine import head_revision
 from kernelsearch.db.store import Store
 from kernelsearch.service.cli import app
 
@@ -23,7 +24,7 @@ def test_upgrade_and_current(db_url: str) -> None:
     assert "current: none" in before.stdout and "kernelsearch db upgrade" in before.stdout
     up = run("db", "upgrade", "--url", db_url)
     assert up.exit_code == 0, up.output
-    assert "revision: 0001" in up.stdout
+    assert f"revision: {head_revision()}" in up.stdout
     after = run("db", "current", "--url", db_url, "--check")
     assert after.exit_code == 0 and "status: up to date" in after.stdout
 

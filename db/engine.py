@@ -101,7 +101,7 @@ def retrying(budget_s: float) -> Retrying:
     return Retrying(
         retry=retry_if_exception(is_transient),
         stop=stop_after_delay(max(0.0, budget_s)),
-        wait=wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.1),
+        wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )

@@ -131,13 +131,18 @@ class BestCache:
         self.entries.clear()
         self.checked = float("-inf")
 
-    async def fresh(self) -> None:
-        """Make sure entries are not older than `check_s`; raise StoreUnavailable while down."""
+    async def fresh(self, timeout_s: float | None = None) -> None:
+        """Make sure entries are not older than `check_s`; raise StoreUnavailable while down.
+
+        A check that takes longer than `timeout_s` (a lock, a stalled server) leaves the entries
+        as they are: hits keep answering from them, misses wait on the database themselves."""
         now = time.monotonic()
         if now - self.checked >= self.check_s:
             self.checked = now
             try:
-                version = await run_in_threadpool(self.store.records_version)
+                version = await bounded(self.store.records_version, timeout_s=timeout_s)
+            except LookupTimeout:
+                return
             except dberr.StoreUnavailable as exc:
                 self.error = exc
                 raise
@@ -152,6 +157,36 @@ class BestCache:
         if len(self.entries) >= self.MAX_ENTRIES:
             self.entries.clear()
         self.entries[key] = value
+
+
+class LookupTimeout(dberr.StoreUnavailable):
+    """The database did not answer a lookup within KS_LOOKUP_TIMEOUT_S (answered 503)."""
+
+
+async def bounded(fn: Callable[..., Any], *args: Any, timeout_s: float | None) -> Any:
+    """fn(*args) in a worker thread, given up (LookupTimeout) after `timeout_s`: the thread is
+    abandoned, and the database's own statement and lock timeouts end its query later."""
+    import anyio
+
+    if timeout_s is None:
+        return await run_in_threadpool(fn, *args)
+    try:
+        with anyio.fail_after(timeout_s):
+            return await anyio.to_thread.run_sync(lambda: fn(*args), abandon_on_cancel=True)
+    except TimeoutError:
+        raise LookupTimeout(f"database unavailable: no answer within {timeout_s:g} s "
+                            "(KS_LOOKUP_TIMEOUT_S)") from None
+
+
+def lookup_store(settings: Settings) -> Any:
+    """The store /v1/best and /healthz read through: its own connection pool (lookups never
+    queue behind the worker's or the other routes' connections), and server-side timeouts a
+    little past KS_LOOKUP_TIMEOUT_S, so an abandoned lookup frees its connection soon."""
+    from kernelsearch.db.store import Store
+
+    t = settings.lookup_timeout_s
+    return Store(settings.database_url, statement_timeout_ms=max(1000, int(3000 * t)),
+                 lock_timeout_ms=max(500, int(2000 * t)), pool_timeout_s=t)
 
 
 # -- record and job views -------------------------------------------------------------------------
@@ -204,19 +239,23 @@ def _kernel_or_404(name: str) -> kernels.KernelDef:
 
 # -- the app --------------------------------------------------------------------------------------
 def create_app(settings: Settings | None = None, *, store: Any | None = None,
-               start_worker: bool = False) -> FastAPI:
-    """The API over `store` (default: a Store on settings.database_url).
+               start_worker: bool = False, worker_process: bool = False) -> FastAPI:
+    """The API over `store` (default: a Store on settings.database_url, and another with its
+    own pool and timeouts for lookups).
 
-    With start_worker, a Worker thread claims and tunes jobs for as long as the app runs.
+    With start_worker, a Worker claims and tunes jobs for as long as the app runs: in a thread,
+    or with worker_process in a `kernelsearch worker` child process (restarted if it dies).
     Startup refuses a database whose schema is not this code's (db.errors.SchemaBehind).
     """
     settings = settings or get_settings()
+    own_store = store is None
     if store is None:
         from kernelsearch.db.store import Store
 
         store = Store(settings.database_url)
+    lookups = lookup_store(settings) if own_store else store
     metrics = Metrics(count_jobs=lambda status: store.count_jobs(status=status))
-    cache = BestCache(store, settings.records_check_seconds)
+    cache = BestCache(lookups, settings.records_check_seconds)
     token = settings.api_token.get_secret_value().encode() if settings.api_token else None
 
     @asynccontextmanager
@@ -228,10 +267,18 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
             log.warning("starting without the database: %s", redact(str(exc)))
         stop = threading.Event()
         thread = None
-        if start_worker:
-            from .worker import Worker
+        child = None
+        if start_worker and worker_process:
+            from .worker_process import WorkerProcess
 
-            worker = Worker(settings, store, metrics=metrics, on_records_changed=cache.invalidate)
+            child = WorkerProcess(settings).start()
+            app.state.worker = child
+        elif start_worker:
+            from .worker import Worker, worker_store
+
+            # Its own pool: a tuning job's writes never hold the connections lookups need.
+            wstore = worker_store(settings) if own_store else store
+            worker = Worker(settings, wstore, metrics=metrics, on_records_changed=cache.invalidate)
             thread = threading.Thread(target=worker.run_forever, args=(stop,),
                                       name="ks-worker", daemon=True)
             thread.start()
@@ -242,6 +289,8 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
             stop.set()
             if thread is not None:
                 await asyncio.to_thread(thread.join, settings.trial_timeout_s + 10)
+            if child is not None:
+                await asyncio.to_thread(child.stop)
 
     app = FastAPI(
         title="kernelsearch",
@@ -288,14 +337,20 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
                                 headers={"WWW-Authenticate": "Bearer"})
 
     # -- health, kernels ---------------------------------------------------------------------
+    def _health() -> tuple[int, list[Any]]:
+        lookups.ping()
+        return lookups.records_version(), lookups.list_devices()
+
     @app.get("/healthz", response_model=schemas.Health, tags=["service"],
              responses={503: {"model": schemas.Unhealthy}})
-    def healthz() -> Any:
-        """200 when the database answers; 503 with the reason while it does not."""
+    async def healthz() -> Any:
+        """200 when the database answers; 503 with the reason while it does not ("degraded"
+        when it is reachable but slower than KS_LOOKUP_TIMEOUT_S: lookups answer from cache)."""
         try:
-            store.ping()
-            version = store.records_version()
-            devices = store.list_devices()
+            version, devices = await bounded(_health, timeout_s=settings.lookup_timeout_s)
+        except LookupTimeout as exc:
+            return JSONResponse({"status": "degraded", "detail": str(exc)},
+                                status_code=503, headers={"Retry-After": "5"})
         except (dberr.StoreUnavailable, dberr.SchemaBehind) as exc:
             return JSONResponse({"status": "unavailable", "detail": redact(str(exc))},
                                 status_code=503, headers={"Retry-After": "5"})
@@ -337,11 +392,13 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         t0 = time.perf_counter()
         kernel, device, axes = _parse_best_query(request.query_params.multi_items())
         key = (kernel, device, tuple(sorted(axes.items())))
-        await cache.fresh()
+        budget = settings.lookup_timeout_s
+        await cache.fresh(timeout_s=budget)
         hit = cache.entries.get(key)
         if hit is None:
             metrics.record_cache.labels("miss").inc()
-            hit = await run_in_threadpool(_lookup, store, kernel, device, axes)
+            left = max(0.05, budget - (time.perf_counter() - t0))
+            hit = await bounded(_lookup, lookups, kernel, device, axes, timeout_s=left)
             cache.put(key, hit)
         status, body, match = hit
         metrics.count_lookup(match, time.perf_counter() - t0)

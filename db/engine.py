@@ -79,7 +79,9 @@ def is_transient(err: BaseException) -> bool:
         seen.add(id(e))
         if isinstance(e, SchemaBehind):
             return False
-        if isinstance(e, StoreUnavailable) or isinstance(e, exc.TimeoutError):
+        # PendingRollbackError: a session reused after its connection dropped mid-transaction
+        # (Optuna's "slower alternative" query after a failed one).
+        if isinstance(e, (StoreUnavailable, exc.TimeoutError, exc.PendingRollbackError)):
             return True
         if isinstance(e, exc.DBAPIError):
             if _missing_table(e):

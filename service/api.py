@@ -13,6 +13,7 @@ import logging
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -42,6 +43,7 @@ _ERRORS = {400: {"model": schemas.Message}, 404: {"model": schemas.Message},
 _WRITE_ERRORS = {**_ERRORS, 401: {"model": schemas.Message}, 409: {"model": schemas.Message},
                  413: {"model": schemas.Message}, 429: {"model": schemas.Message}}
 JOB_ID = PathParam(ge=1, le=2**31 - 1, description="a job's id")
+HIT_WAIT_S = 0.2
 _URL_CREDENTIALS = re.compile(r"(\w+://[^:/@\s]+):[^@\s]*@")
 
 
@@ -114,10 +116,13 @@ class BestCache:
 
     The store's records_version() is read at most every `check_s` seconds (not per request); this
     process's own writes call invalidate(). While the database is unreachable the cache answers
-    503 like every other route, until a check succeeds again.
+    503 like every other route, until a check succeeds again. While it is reachable but slow (a
+    lock, a stalled server), a check is waited on for at most the caller's bound and then left
+    to finish in the background; the entries keep answering for up to STALE_S seconds of that.
     """
 
     MAX_ENTRIES = 50_000
+    STALE_S = 10.0
 
     def __init__(self, store: Any, check_s: float) -> None:
         self.store = store
@@ -126,6 +131,8 @@ class BestCache:
         self.version: int | None = None
         self.checked = float("-inf")
         self.error: Exception | None = None
+        self._pending: tuple[Any, float] | None = None  # (future, started) of a slow check
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ks-records-version")
 
     def invalidate(self) -> None:
         self.entries.clear()
@@ -134,24 +141,41 @@ class BestCache:
     async def fresh(self, timeout_s: float | None = None) -> None:
         """Make sure entries are not older than `check_s`; raise StoreUnavailable while down.
 
-        A check that takes longer than `timeout_s` (a lock, a stalled server) leaves the entries
-        as they are: hits keep answering from them, misses wait on the database themselves."""
+        A check that takes longer than `timeout_s` leaves the entries as they are (hits answer
+        from them; a miss waits on the database itself, bounded too), and no second check
+        starts while it runs."""
+        if self._pending is not None:
+            fut, started = self._pending
+            if not fut.done():
+                if time.monotonic() - started > self.STALE_S:
+                    raise LookupTimeout(f"database unavailable: no answer for {self.STALE_S:g} s")
+                return
+            self._pending = None
+            if fut.exception() is None:
+                self._apply(fut.result())
+            else:
+                self.checked = float("-inf")  # a check we stopped waiting for failed: ask again
         now = time.monotonic()
         if now - self.checked >= self.check_s:
             self.checked = now
+            fut = asyncio.get_running_loop().run_in_executor(self._executor, self.store.records_version)
             try:
-                version = await bounded(self.store.records_version, timeout_s=timeout_s)
-            except LookupTimeout:
+                version = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            except TimeoutError:
+                self._pending = (fut, now)
                 return
             except dberr.StoreUnavailable as exc:
                 self.error = exc
                 raise
-            self.error = None
-            if version != self.version:
-                self.entries.clear()
-                self.version = version
+            self._apply(version)
         elif self.error is not None:
             raise self.error
+
+    def _apply(self, version: int) -> None:
+        self.error = None
+        if version != self.version:
+            self.entries.clear()
+            self.version = version
 
     def put(self, key: tuple, value: tuple[int, bytes, str]) -> None:
         if len(self.entries) >= self.MAX_ENTRIES:
@@ -393,7 +417,8 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         kernel, device, axes = _parse_best_query(request.query_params.multi_items())
         key = (kernel, device, tuple(sorted(axes.items())))
         budget = settings.lookup_timeout_s
-        await cache.fresh(timeout_s=budget)
+        # A hit needs the version check only to be fresh: it waits on a slow one briefly.
+        await cache.fresh(timeout_s=min(budget, HIT_WAIT_S) if key in cache.entries else budget)
         hit = cache.entries.get(key)
         if hit is None:
             metrics.record_cache.labels("miss").inc()

@@ -21,7 +21,7 @@ from svc_record import a_record
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 DEVICE = "NVIDIA H200"
-LOCK_S = 6.0
+LOCK_S = 8.0
 BOUND_S = 3.0  # the contract is KS_LOOKUP_TIMEOUT_S=1; three times that is the assert
 
 
@@ -78,7 +78,7 @@ def test_lookups_answer_within_the_bound_while_a_lock_blocks_the_database(pg_url
             hits, misses, health = [], [], []
             degraded = 0
             i = 0
-            while time.monotonic() - t_lock < LOCK_S - 1.5:
+            while time.monotonic() - t_lock < LOCK_S - 3.0:  # an iteration takes ~2.2 s
                 code, dt, _ = _get(c, "/v1/best", hit_q)
                 hits.append((code, dt))
                 i += 1

@@ -3,8 +3,11 @@
 Several workers (threads, processes, hosts) share one database: a job is claimed with a lease
 that a heartbeat thread renews; a job whose worker stopped heartbeating is claimed again by
 another, and its Optuna studies continue from their stored trials (tune_case counts trials
-already in a study toward n_trials), so no trial is lost or counted twice. Candidates run in
-the tuner's TrialRunner child process, so a crashing or hanging kernel never takes us down.
+already in a study toward n_trials), so no trial is lost or counted twice. A case is tuned only
+under its study's claim, so jobs sharing a case never tune it at once. A transient database
+failure costs a retry of the case (resuming its study), never the job; a worker told to stop
+hands its job back to the queue. Candidates run in the tuner's TrialRunner child process, so a
+crashing or hanging kernel never takes us down.
 """
 from __future__ import annotations
 

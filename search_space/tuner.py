@@ -417,9 +417,15 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
         if summaries:
             loop.repair_summaries()
         warm = loop.warm_start() if warm_start and sampler != "grid" else 0
-        stopped = loop.run(n_trials, timeout_s, patience, progress, should_stop, max_rejected)
-        if exclusive:
-            fail_running_trials(loop.study)
+        try:
+            stopped = loop.run(n_trials, timeout_s, patience, progress, should_stop, max_rejected)
+        finally:
+            if exclusive:
+                # The trial in hand when the loop failed too (a failing job, an outage).
+                try:
+                    fail_running_trials(loop.study)
+                except Exception as exc:  # the next claimer of the study fails them instead
+                    log.warning("RUNNING trials of %s not failed: %s", sname, exc)
         res = loop.result(stopped, warm)
         if write_record and loop.best is not None and (loop.run_now or not _has_record(
                 store, kernel, axes, device)):

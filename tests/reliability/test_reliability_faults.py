@@ -78,6 +78,7 @@ def test_dropped_connections_cost_retries_not_jobs(pg_store, pg_url, procs):
         final = wait_final(pg_store, jobs, 200, procs)
     finally:
         stop.set()
+        procs.close()  # before the proxy: a worker cut off would retry for KS_DB_RETRY_SECONDS
         proxy.close()
     studies = _studies(pg_store, pg_url, cases, n_trials)
     retries = sum(p.tail(10_000_000).count("Retrying") for p in procs.procs)

@@ -39,14 +39,25 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGTERM when the API process dies, even by SIGKILL.
+def _load_libc() -> Any:
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc Linux: the child outlives a killed parent
+        return None
+
+
+# Loaded here, not in the forked child: between fork and exec only a plain C call is safe.
+_LIBC = _load_libc()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGTERM (and hands its job back) when the API process dies, even by
+    # SIGKILL.
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class WorkerProcess:

@@ -678,6 +678,8 @@ class Store:
         holds it now. A claim older than `lease_seconds` (its worker died) is taken over."""
         _check_name(study_name, "study_name")
         _check_name(owner, "owner")
+        if not isinstance(lease_seconds, (int, float)) or lease_seconds <= 0:
+            raise ValueError(f"lease_seconds: expected a number > 0, got {lease_seconds!r}")
 
         def tx(s: Session) -> str | None:
             now = utcnow()

@@ -122,3 +122,10 @@ def test_retrying_gives_up_after_its_budget() -> None:
     with pytest.raises(StoreUnavailable, match="down"):
         retrying(0.5)(down)
     assert len(calls) >= 2, "retried before giving up"
+
+
+def test_claim_study_names_a_bad_argument(store: Store) -> None:
+    with pytest.raises(ValueError, match="lease_seconds"):
+        store.claim_study("ks/s", "w1", lease_seconds=0)
+    with pytest.raises(ValueError, match="owner"):
+        store.claim_study("ks/s", "", lease_seconds=1)

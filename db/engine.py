@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, exc, make_url, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import StaticPool
+from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from .errors import SchemaBehind, StoreUnavailable
+
+log = logging.getLogger(__name__)
 
 VERSION_TABLE = "ks_alembic_version"
 UPGRADE_HINT = "run `kernelsearch db upgrade`"
@@ -32,14 +36,89 @@ def _is_memory(url: URL) -> bool:
     return url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:")
 
 
-def make_engine(url: str) -> Engine:
+def pg_connect_args(*, statement_timeout_ms: int | None = None,
+                    lock_timeout_ms: int | None = None) -> dict[str, Any]:
+    """libpq options every PostgreSQL engine gets (the store's and Optuna's): a connect timeout,
+    TCP keepalives so a peer that vanished mid-connection is noticed instead of waited on
+    forever, and optionally server-side statement and lock timeouts (the lookup path's bound)."""
+    args: dict[str, Any] = {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
+    opts = []
+    if statement_timeout_ms:
+        opts.append(f"-c statement_timeout={int(statement_timeout_ms)}")
+    if lock_timeout_ms:
+        opts.append(f"-c lock_timeout={int(lock_timeout_ms)}")
+    if opts:
+        args["options"] = " ".join(opts)
+    return args
+
+
+def engine_kwargs(url: str | URL) -> dict[str, Any]:
+    """create_engine() keyword arguments for a URL that another library opens (Optuna's
+    RDBStorage): pre-ping and, on PostgreSQL, pg_connect_args() less what the URL sets itself."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() != "postgresql":
+        return {}
+    args = {k: v for k, v in pg_connect_args().items() if k not in parsed.query}
+    return {"pool_pre_ping": True, "connect_args": args}
+
+
+def is_transient(err: BaseException) -> bool:
+    """True for a failure that a retry may cure: a dropped or refused connection, a server
+    timeout, a locked SQLite file, an exhausted pool, also when wrapped (Optuna's
+    StorageInternalError keeps the driver's error as its cause). A missing table or a bad
+    statement is not transient."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, SchemaBehind):
+            return False
+        # PendingRollbackError: a session reused after its connection dropped mid-transaction
+        # (Optuna's "slower alternative" query after a failed one).
+        if isinstance(e, (StoreUnavailable, exc.TimeoutError, exc.PendingRollbackError)):
+            return True
+        if isinstance(e, exc.DBAPIError):
+            if _missing_table(e):
+                return False
+            if e.connection_invalidated or isinstance(e, (exc.OperationalError,
+                                                          exc.InterfaceError)):
+                return True
+            return False
+        if type(e).__module__.startswith(("psycopg", "sqlite3")) and type(e).__name__ in (
+                "OperationalError", "InterfaceError"):
+            return True
+        e = e.__cause__
+    return False
+
+
+def retrying(budget_s: float) -> Retrying:
+    """The one retry policy for transient database failures: exponential backoff with jitter
+    (0.1 s doubling to 2 s), given up after `budget_s` seconds, the last error re-raised."""
+    return Retrying(
+        retry=retry_if_exception(is_transient),
+        stop=stop_after_delay(max(0.0, budget_s)),
+        wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1),
+        before_sleep=before_sleep_log(log, logging.WARNING),
+        reraise=True,
+    )
+
+
+def make_engine(url: str, *, statement_timeout_ms: int | None = None,
+                lock_timeout_ms: int | None = None, pool_timeout_s: float | None = None) -> Engine:
     """An engine with the settings each backend needs to be safe under concurrent workers.
 
     SQLite: the file's folder is created, WAL journal, a busy timeout, foreign keys on, and
     transactions begun by us (`BEGIN`, or `BEGIN IMMEDIATE` for connections carrying the
     `ks_write` execution option) so that a read-then-write never fails on a stale snapshot.
-    PostgreSQL (psycopg 3): pre-ping and a short connect timeout, so an unreachable server
-    answers quickly instead of hanging a request.
+    PostgreSQL (psycopg 3): pre-ping, a short connect timeout and keepalives (pg_connect_args),
+    so an unreachable server answers quickly instead of hanging a request; the timeouts bound
+    what one statement, one lock wait and one wait for a pooled connection may take.
     """
     if not isinstance(url, str) or not url:
         raise ValueError("url: expected a SQLAlchemy database URL string")
@@ -51,16 +130,11 @@ def make_engine(url: str) -> Engine:
     if backend == "sqlite":
         return _sqlite_engine(parsed)
     if backend == "postgresql":
-        # TCP keepalives notice a peer that vanished mid-connection (instead of waiting forever).
-        defaults: dict[str, Any] = {
-            "connect_timeout": PG_CONNECT_TIMEOUT_S,
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-        }
+        defaults = pg_connect_args(statement_timeout_ms=statement_timeout_ms,
+                                   lock_timeout_ms=lock_timeout_ms)
         connect_args = {k: v for k, v in defaults.items() if k not in parsed.query}
-        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+        extra: dict[str, Any] = {} if pool_timeout_s is None else {"pool_timeout": pool_timeout_s}
+        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args, **extra)
     raise ValueError(f"url: unsupported database {backend!r}; use sqlite:/// or postgresql+psycopg://")
 
 

@@ -239,3 +239,16 @@ class Counter(Base):
 
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class StudyClaim(Base):
+    """Which worker tunes a study now: the study, not the job, is the unit of work a worker holds,
+    so two jobs asking for the same case never spend its trials twice. Renewed with the job's
+    heartbeat; a claim older than the lease may be taken over."""
+
+    __tablename__ = "ks_study_claims"
+
+    study_name: Mapped[str] = mapped_column(String(300), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    heartbeat_at: Mapped[datetime]

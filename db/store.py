@@ -20,13 +20,14 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError,
                       field_validator, model_validator)
-from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy import Engine, and_, delete, func, or_, select, update
+from sqlalchemy import case as sa_case
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.orm import Session, sessionmaker
 
-from .engine import make_engine, translate_errors
+from .engine import make_engine, retrying, translate_errors
 from .errors import Conflict, ImportRejected
 from .portable import dotted, first_unportable
 from .models import (
@@ -37,6 +38,7 @@ from .models import (
     Job,
     Kernel,
     Record,
+    StudyClaim,
     TrialSummary,
     utcnow,
 )
@@ -444,9 +446,18 @@ def _retryable(e: sa_exc.DBAPIError) -> bool:
 class Store:
     """Jobs, records, devices and trial summaries in one SQL database (SQLite or PostgreSQL)."""
 
-    def __init__(self, url: str, *, _engine: Engine | None = None) -> None:
-        self.engine: Engine = _engine if _engine is not None else make_engine(url)
+    def __init__(self, url: str, *, _engine: Engine | None = None, retry_s: float = 0.0,
+                 statement_timeout_ms: int | None = None, lock_timeout_ms: int | None = None,
+                 pool_timeout_s: float | None = None) -> None:
+        """`retry_s`: how long a transaction is retried on a transient failure (a dropped
+        connection, a server that is restarting) before StoreUnavailable; a worker's store
+        rides out outages, a lookup's answers at once. The timeouts (PostgreSQL) bound how long
+        one statement, one lock wait and one wait for a pooled connection may take."""
+        self.engine: Engine = _engine if _engine is not None else make_engine(
+            url, statement_timeout_ms=statement_timeout_ms, lock_timeout_ms=lock_timeout_ms,
+            pool_timeout_s=pool_timeout_s)
         self.url: str = url
+        self.retry_s = float(retry_s)
         self._owns_engine = _engine is None
         self._read = sessionmaker(bind=self.engine, expire_on_commit=False)
         self._write = sessionmaker(
@@ -473,7 +484,13 @@ class Store:
     # -- transactions --------------------------------------------------------------
 
     def _tx(self, fn: Callable[[Session], T], *, write: bool) -> T:
-        """Run fn in one transaction; retry writes on PostgreSQL serialization/deadlock errors."""
+        """Run fn in one transaction; retry writes on PostgreSQL serialization/deadlock errors,
+        and any transaction on a transient failure for up to `retry_s` seconds."""
+        if self.retry_s <= 0:
+            return self._tx_once(fn, write=write)
+        return retrying(self.retry_s)(self._tx_once, fn, write=write)
+
+    def _tx_once(self, fn: Callable[[Session], T], *, write: bool) -> T:
         maker = self._write if write else self._read
         with translate_errors():
             for attempt in range(_RETRIES):
@@ -744,14 +761,76 @@ class Store:
         return and_(Job.id == job_id, Job.owner == owner, Job.status == "running")
 
     def heartbeat(self, job_id: int, owner: str) -> bool:
-        """Renew the lease; False when the job was cancelled, finished or claimed by another."""
+        """Renew the lease (and the owner's study claims); False when the job was cancelled,
+        finished or claimed by another."""
+        now = utcnow()
         stmt = (
             update(Job)
             .where(self._owned(job_id, owner))
-            .values(heartbeat_at=utcnow())
+            .values(heartbeat_at=now)
             .execution_options(synchronize_session=False)
         )
-        return self._tx(lambda s: s.execute(stmt).rowcount == 1, write=True)
+
+        def tx(s: Session) -> bool:
+            ours = s.execute(stmt).rowcount == 1
+            if ours:
+                s.execute(update(StudyClaim).where(StudyClaim.owner == owner)
+                          .values(heartbeat_at=now).execution_options(synchronize_session=False))
+            return ours
+
+        return self._tx(tx, write=True)
+
+    def release_job(self, job_id: int, owner: str) -> bool:
+        """Hand a running job we own back to the queue at once (a worker told to stop), keeping
+        its progress; False when it was cancelled, finished or re-claimed meanwhile."""
+        stmt = (
+            update(Job)
+            .where(self._owned(job_id, owner))
+            .values(status="queued", owner=None, heartbeat_at=None)
+            .execution_options(synchronize_session=False)
+        )
+
+        def tx(s: Session) -> bool:
+            s.execute(delete(StudyClaim).where(StudyClaim.owner == owner))
+            return s.execute(stmt).rowcount == 1
+
+        return self._tx(tx, write=True)
+
+    # -- study claims ----------------------------------------------------------------
+
+    def claim_study(self, study_name: str, owner: str, lease_seconds: float,
+                    job_id: int | None = None) -> str | None:
+        """Take the study for `owner`; None when taken (or already ours), else the owner that
+        holds it now. A claim older than `lease_seconds` (its worker died) is taken over."""
+        _check_name(study_name, "study_name")
+        _check_name(owner, "owner")
+        if not isinstance(lease_seconds, (int, float)) or lease_seconds <= 0:
+            raise ValueError(f"lease_seconds: expected a number > 0, got {lease_seconds!r}")
+
+        def tx(s: Session) -> str | None:
+            now = utcnow()
+            cutoff = now - timedelta(seconds=float(lease_seconds))
+            ins = self._insert(s, StudyClaim).values(study_name=study_name, owner=owner,
+                                                      job_id=job_id, heartbeat_at=now)
+            s.execute(ins.on_conflict_do_nothing(index_elements=["study_name"]))
+            taken = s.execute(
+                update(StudyClaim)
+                .where(StudyClaim.study_name == study_name,
+                       or_(StudyClaim.owner == owner, StudyClaim.heartbeat_at < cutoff))
+                .values(owner=owner, job_id=job_id, heartbeat_at=now)
+                .execution_options(synchronize_session=False)
+            ).rowcount
+            if taken:
+                return None
+            return s.execute(select(StudyClaim.owner)
+                             .where(StudyClaim.study_name == study_name)).scalar_one_or_none()
+
+        return self._tx(tx, write=True)
+
+    def release_study(self, study_name: str, owner: str) -> None:
+        """Give a study back once its case is done (or left)."""
+        self._tx(lambda s: s.execute(delete(StudyClaim).where(
+            StudyClaim.study_name == study_name, StudyClaim.owner == owner)), write=True)
 
     def update_job_progress(
         self,
@@ -766,7 +845,11 @@ class Store:
         """Record progress (and renew the lease); False when the lease is no longer ours."""
         if isinstance(trials_done, bool) or not isinstance(trials_done, int) or trials_done < 0:
             raise ValueError(f"trials_done: expected an int >= 0, got {trials_done!r}")
-        values: dict[str, Any] = {"trials_done": trials_done, "heartbeat_at": utcnow()}
+        # Never backwards: a worker taking the job over recounts from its studies.
+        values: dict[str, Any] = {
+            "trials_done": sa_case((Job.trials_done > trials_done, Job.trials_done), else_=trials_done),
+            "heartbeat_at": utcnow(),
+        }
         if device is not None:
             values["device"] = device
         if best is not None:
@@ -1127,6 +1210,11 @@ class Store:
             s.execute(ins.on_conflict_do_update(index_elements=["study_name", "trial_number"], set_=data))
 
         self._tx(tx, write=True)
+
+    def trial_numbers(self, study_name: str) -> set[int]:
+        """Optuna trial numbers that have a summary in a study (to repair missing ones)."""
+        return self._tx(lambda s: set(s.execute(select(TrialSummary.trial_number).where(
+            TrialSummary.study_name == study_name)).scalars()), write=False)
 
     def trial_summaries(self, kernel: str, device: str, axes: dict[str, int]) -> list[dict[str, Any]]:
         """Trial outcomes of one key, in study then Optuna trial-number order."""

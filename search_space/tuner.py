@@ -145,18 +145,85 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
     raise TuneError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
 
 
-def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None) -> RDBStorage:
-    """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and retried."""
+# Optuna's storage calls a dropped connection may interrupt; each is retried as a whole.
+_RETRIED_STORAGE_CALLS = (
+    "create_new_study", "set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
+    "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
+    "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies",
+    "create_new_trial", "set_trial_param", "get_trial_param", "set_trial_state_values",
+    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
+    "get_trial_id_from_study_id_trial_number", "get_trial_number_from_id", "get_trial_params",
+    "get_trial", "get_all_trials", "get_n_trials", "get_best_trial", "record_heartbeat",
+    "_get_stale_trial_ids",
+)
+
+
+class RetryingRDBStorage(RDBStorage):
+    """RDBStorage whose calls are retried on transient database failures (Optuna wraps a dropped
+    connection in StorageInternalError and gives up), for up to `retry_s` seconds each, with the
+    store's one retry policy. A state change whose commit reached the server before the
+    connection dropped is not an error on its retry: the trial already has that state."""
+
+    retry_s: float = 30.0
+
+
+def _retried(name: str) -> Callable[..., Any]:
+    from kernelsearch.db.engine import retrying
+
+    base = getattr(RDBStorage, name)
+
+    def call(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        attempts = 0
+
+        def once() -> Any:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return base(self, *args, **kwargs)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                if name == "set_trial_state_values" and attempts > 1:
+                    state = kwargs.get("state", args[1] if len(args) > 1 else None)
+                    trial_id = kwargs.get("trial_id", args[0] if args else None)
+                    if RDBStorage.get_trial(self, trial_id).state == state:
+                        return True
+                raise
+
+        return retrying(self.retry_s)(once)
+
+    call.__name__ = name
+    call.__doc__ = base.__doc__
+    return call
+
+
+for _name in _RETRIED_STORAGE_CALLS:
+    setattr(RetryingRDBStorage, _name, _retried(_name))
+
+
+def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None,
+                 retry_s: float = 30.0) -> RDBStorage:
+    """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and
+    retried; with the store's engine options (pre-ping, keepalives, connect timeout), and each
+    call retried on a transient failure for up to `retry_s` seconds."""
+    from kernelsearch.db.engine import retrying
+
+    return retrying(retry_s)(_open_storage, url, heartbeat_s, grace_s, retry_s)
+
+
+def _open_storage(url: str, heartbeat_s: int, grace_s: int | None, retry_s: float) -> RDBStorage:
     from sqlalchemy import event
     from sqlalchemy.exc import DBAPIError
+
+    from kernelsearch.db.engine import engine_kwargs
 
     for attempt in range(3):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = RDBStorage(url, heartbeat_interval=heartbeat_s,
-                                     grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
-                                     heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+                storage = RetryingRDBStorage(
+                    url, engine_kwargs=engine_kwargs(url), heartbeat_interval=heartbeat_s,
+                    grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
+                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+                storage.retry_s = retry_s
             if storage.engine.dialect.name == "sqlite" and storage.engine.url.database not in (None, "", ":memory:"):
                 # The store's own setting (db.engine): WAL without an fsync per commit. A trial
                 # commits a dozen times (params, attributes, tell); that fsync was ~12% of the
@@ -311,7 +378,8 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
               summaries: bool = True,
               next_case: tuple[str, Mapping[str, int]] | None = None,
               run_tag: str | None = None,
-              cancel: Callable[[], bool] | None = None) -> CaseResult:
+              cancel: Callable[[], bool] | None = None,
+              exclusive: bool = False) -> CaseResult:
     """Tune one case until `n_trials` configs have been evaluated, `timeout_s` passes,
     `patience` evaluated trials bring no improvement, or `should_stop()` says so; then write or
     improve the case's best record.
@@ -332,6 +400,8 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
     cases of a run), and `summaries=False` skips the store's per-trial summaries. `next_case`
     (kernel, axes) is the case tuned after this one: once half of this case's budget is spent,
     its warm-start configs go to the compile-ahead pool, so its first trials find them compiled.
+    `exclusive`: the caller holds the study's claim (no one else tunes it now), so trials left
+    RUNNING by a dead worker, an outage or a failed job are failed before and after.
     """
     t_wall = time.monotonic()
     kdef = get_kernel(kernel)
@@ -378,8 +448,20 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
             loop.near_end = lambda: _prefetch_next(loop, next_case)
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
         loop.study.set_user_attr("ks_space", space.fingerprint)
+        if exclusive:
+            fail_running_trials(loop.study)
+        if summaries:
+            loop.repair_summaries()
         warm = loop.warm_start() if warm_start and sampler != "grid" else 0
-        stopped = loop.run(n_trials, timeout_s, patience, progress, should_stop, max_rejected)
+        try:
+            stopped = loop.run(n_trials, timeout_s, patience, progress, should_stop, max_rejected)
+        finally:
+            if exclusive:
+                # The trial in hand when the loop failed too (a failing job, an outage).
+                try:
+                    fail_running_trials(loop.study)
+                except Exception as exc:  # the next claimer of the study fails them instead
+                    log.warning("RUNNING trials of %s not failed: %s", sname, exc)
         res = loop.result(stopped, warm)
         if write_record and loop.best is not None and (loop.run_now or not _has_record(
                 store, kernel, axes, device)):
@@ -401,6 +483,22 @@ def _prefetch_next(loop: "_Loop", next_case: tuple[str, Mapping[str, int]]) -> i
     also = [loop.best[1]] if same and loop.best is not None else []
     return prefetch_case(loop.runner, loop.store, kernel, axes, loop.device,
                          space=loop.space if same else None, also=also)
+
+
+def fail_running_trials(study: optuna.Study) -> int:
+    """Fail every RUNNING trial of a study that nobody is tuning now (its claim is ours); returns
+    how many. They were never evaluated (an evaluated trial is told before it counts), so a
+    failed one costs nothing but leaves the study's state true."""
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        try:
+            if study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                n += 1
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # told meanwhile
+    if n:
+        log.info("study %s: %d trial(s) left RUNNING failed", study.study_name, n)
+    return n
 
 
 def _has_record(store: Any, kernel: str, axes: Mapping[str, int], device: str) -> bool:
@@ -473,6 +571,33 @@ class _Loop:
         if new:
             self.new_failure_kinds[k] = self.new_failure_kinds.get(k, 0) + 1
             self.first_new_failure = self.first_new_failure or message
+
+    def repair_summaries(self) -> int:
+        """Write the trial summaries the study has and the store lacks (a worker killed between
+        Optuna's tell and the summary); the study is the source of truth. Returns how many."""
+        try:
+            have = self.store.trial_numbers(self.study.study_name)
+        except Exception as exc:  # a repair that cannot run now runs on the next resume
+            log.warning("trial summaries of %s not checked: %s", self.study.study_name, exc)
+            return 0
+        n = 0
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            st, cfg = _state_of(t), t.user_attrs.get(A_CONFIG)
+            if t.number in have or st not in ("ok", "fail") or cfg is None or not t.user_attrs.get(A_RUN):
+                continue
+            out = dict(t.user_attrs.get(A_OUT) or {})
+            extra = {k: v for k, v in out.items() if k not in ("ok", "failure_kind", "message")}
+            extra["sampler"] = self.sampler
+            extra["repaired"] = True
+            self.store.add_trial_summary(
+                self.study.study_name, self.kernel, self.device, self.axes, t.number,
+                "complete" if st == "ok" else "fail", cfg,
+                (out.get("timing") or {}).get("median_us", t.value) if st == "ok" else None,
+                t.user_attrs.get(A_KIND), t.user_attrs.get(A_MSG) or None, extra)
+            n += 1
+        if n:
+            log.info("study %s: %d missing trial summaries repaired", self.study.study_name, n)
+        return n
 
     def _remember_ok(self, key: str, value: float, cfg: dict[str, Any], outcome: dict[str, Any]) -> bool:
         self.seen[key] = {"state": "ok", "value": value}
@@ -761,4 +886,4 @@ def _jsonable(d: Any) -> Any:
 
 
 __all__ = ["tune_case", "study_name", "CaseResult", "TuneError", "SAMPLERS", "make_sampler",
-           "make_storage", "warm_start_configs", "warm_start_picks", "prefetch_case"]
+           "make_storage", "RetryingRDBStorage", "fail_running_trials", "warm_start_configs", "warm_start_picks", "prefetch_case"]

@@ -13,6 +13,7 @@ import logging
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +45,7 @@ _ERRORS = {400: {"model": schemas.Message}, 404: {"model": schemas.Message},
 _WRITE_ERRORS = {**_ERRORS, 401: {"model": schemas.Message}, 409: {"model": schemas.Message},
                  413: {"model": schemas.Message}, 429: {"model": schemas.Message}}
 JOB_ID = PathParam(ge=1, le=2**31 - 1, description="a job's id")
+HIT_WAIT_S = 0.2
 _URL_CREDENTIALS = re.compile(r"(\w+://[^:/@\s]+):[^@\s]*@")
 
 
@@ -116,10 +118,13 @@ class BestCache:
 
     The store's records_version() is read at most every `check_s` seconds (not per request); this
     process's own writes call invalidate(). While the database is unreachable the cache answers
-    503 like every other route, until a check succeeds again.
+    503 like every other route, until a check succeeds again. While it is reachable but slow (a
+    lock, a stalled server), a check is waited on for at most the caller's bound and then left
+    to finish in the background; the entries keep answering for up to STALE_S seconds of that.
     """
 
     MAX_ENTRIES = 50_000
+    STALE_S = 10.0
 
     def __init__(self, store: Any, check_s: float) -> None:
         self.store = store
@@ -128,32 +133,86 @@ class BestCache:
         self.version: int | None = None
         self.checked = float("-inf")
         self.error: Exception | None = None
+        self._pending: tuple[Any, float] | None = None  # (future, started) of a slow check
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ks-records-version")
 
     def invalidate(self) -> None:
         self.entries.clear()
         self.checked = float("-inf")
 
-    async def fresh(self) -> None:
-        """Make sure entries are not older than `check_s`; raise StoreUnavailable while down."""
+    async def fresh(self, timeout_s: float | None = None) -> None:
+        """Make sure entries are not older than `check_s`; raise StoreUnavailable while down.
+
+        A check that takes longer than `timeout_s` leaves the entries as they are (hits answer
+        from them; a miss waits on the database itself, bounded too), and no second check
+        starts while it runs."""
+        if self._pending is not None:
+            fut, started = self._pending
+            if not fut.done():
+                if time.monotonic() - started > self.STALE_S:
+                    raise LookupTimeout(f"database unavailable: no answer for {self.STALE_S:g} s")
+                return
+            self._pending = None
+            if fut.exception() is None:
+                self._apply(fut.result())
+            else:
+                self.checked = float("-inf")  # a check we stopped waiting for failed: ask again
         now = time.monotonic()
         if now - self.checked >= self.check_s:
             self.checked = now
+            fut = asyncio.get_running_loop().run_in_executor(self._executor, self.store.records_version)
             try:
-                version = await run_in_threadpool(self.store.records_version)
+                version = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            except TimeoutError:
+                self._pending = (fut, now)
+                return
             except dberr.StoreUnavailable as exc:
                 self.error = exc
                 raise
-            self.error = None
-            if version != self.version:
-                self.entries.clear()
-                self.version = version
+            self._apply(version)
         elif self.error is not None:
             raise self.error
+
+    def _apply(self, version: int) -> None:
+        self.error = None
+        if version != self.version:
+            self.entries.clear()
+            self.version = version
 
     def put(self, key: tuple, value: tuple[int, bytes, str]) -> None:
         if len(self.entries) >= self.MAX_ENTRIES:
             self.entries.clear()
         self.entries[key] = value
+
+
+class LookupTimeout(dberr.StoreUnavailable):
+    """The database did not answer a lookup within KS_LOOKUP_TIMEOUT_S (answered 503)."""
+
+
+async def bounded(fn: Callable[..., Any], *args: Any, timeout_s: float | None) -> Any:
+    """fn(*args) in a worker thread, given up (LookupTimeout) after `timeout_s`: the thread is
+    abandoned, and the database's own statement and lock timeouts end its query later."""
+    import anyio
+
+    if timeout_s is None:
+        return await run_in_threadpool(fn, *args)
+    try:
+        with anyio.fail_after(timeout_s):
+            return await anyio.to_thread.run_sync(lambda: fn(*args), abandon_on_cancel=True)
+    except TimeoutError:
+        raise LookupTimeout(f"database unavailable: no answer within {timeout_s:g} s "
+                            "(KS_LOOKUP_TIMEOUT_S)") from None
+
+
+def lookup_store(settings: Settings) -> Any:
+    """The store /v1/best and /healthz read through: its own connection pool (lookups never
+    queue behind the worker's or the other routes' connections), and server-side timeouts a
+    little past KS_LOOKUP_TIMEOUT_S, so an abandoned lookup frees its connection soon."""
+    from kernelsearch.db.store import Store
+
+    t = settings.lookup_timeout_s
+    return Store(settings.database_url, statement_timeout_ms=max(1000, int(3000 * t)),
+                 lock_timeout_ms=max(500, int(2000 * t)), pool_timeout_s=t)
 
 
 # -- record and job views -------------------------------------------------------------------------
@@ -213,19 +272,23 @@ def _kernel_or_404(name: str) -> kernels.KernelDef:
 
 # -- the app --------------------------------------------------------------------------------------
 def create_app(settings: Settings | None = None, *, store: Any | None = None,
-               start_worker: bool = False) -> FastAPI:
-    """The API over `store` (default: a Store on settings.database_url).
+               start_worker: bool = False, worker_process: bool = False) -> FastAPI:
+    """The API over `store` (default: a Store on settings.database_url, and another with its
+    own pool and timeouts for lookups).
 
-    With start_worker, a Worker thread claims and tunes jobs for as long as the app runs.
+    With start_worker, a Worker claims and tunes jobs for as long as the app runs: in a thread,
+    or with worker_process in a `kernelsearch worker` child process (restarted if it dies).
     Startup refuses a database whose schema is not this code's (db.errors.SchemaBehind).
     """
     settings = settings or get_settings()
+    own_store = store is None
     if store is None:
         from kernelsearch.db.store import Store
 
         store = Store(settings.database_url)
+    lookups = lookup_store(settings) if own_store else store
     metrics = Metrics(count_jobs=lambda status: store.count_jobs(status=status))
-    cache = BestCache(store, settings.records_check_seconds)
+    cache = BestCache(lookups, settings.records_check_seconds)
     token = settings.api_token.get_secret_value().encode() if settings.api_token else None
 
     @asynccontextmanager
@@ -237,10 +300,18 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
             log.warning("starting without the database: %s", redact(str(exc)))
         stop = threading.Event()
         thread = None
-        if start_worker:
-            from .worker import Worker
+        child = None
+        if start_worker and worker_process:
+            from .worker_process import WorkerProcess
 
-            worker = Worker(settings, store, metrics=metrics, on_records_changed=cache.invalidate)
+            child = WorkerProcess(settings).start()
+            app.state.worker = child
+        elif start_worker:
+            from .worker import Worker, worker_store
+
+            # Its own pool: a tuning job's writes never hold the connections lookups need.
+            wstore = worker_store(settings) if own_store else store
+            worker = Worker(settings, wstore, metrics=metrics, on_records_changed=cache.invalidate)
             thread = threading.Thread(target=worker.run_forever, args=(stop,),
                                       name="ks-worker", daemon=True)
             thread.start()
@@ -255,6 +326,8 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
                 # The embedded worker ends its trial first (no limit set: the longest default).
                 limit = settings.trial_timeout_s or INTERPRETER_TRIAL_TIMEOUT_S
                 await asyncio.to_thread(thread.join, limit + 10)
+            if child is not None:
+                await asyncio.to_thread(child.stop)
 
     # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN.
     app = FastAPIOffline(
@@ -309,14 +382,20 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
                                 headers={"WWW-Authenticate": "Bearer"})
 
     # -- health, kernels ---------------------------------------------------------------------
+    def _health() -> tuple[int, list[Any]]:
+        lookups.ping()
+        return lookups.records_version(), lookups.list_devices()
+
     @app.get("/healthz", response_model=schemas.Health, tags=["service"],
              responses={503: {"model": schemas.Unhealthy}})
-    def healthz() -> Any:
-        """200 when the database answers; 503 with the reason while it does not."""
+    async def healthz() -> Any:
+        """200 when the database answers; 503 with the reason while it does not ("degraded"
+        when it is reachable but slower than KS_LOOKUP_TIMEOUT_S: lookups answer from cache)."""
         try:
-            store.ping()
-            version = store.records_version()
-            devices = store.list_devices()
+            version, devices = await bounded(_health, timeout_s=settings.lookup_timeout_s)
+        except LookupTimeout as exc:
+            return JSONResponse({"status": "degraded", "detail": str(exc)},
+                                status_code=503, headers={"Retry-After": "5"})
         except (dberr.StoreUnavailable, dberr.SchemaBehind) as exc:
             return JSONResponse({"status": "unavailable", "detail": redact(str(exc))},
                                 status_code=503, headers={"Retry-After": "5"})
@@ -358,11 +437,14 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         t0 = time.perf_counter()
         kernel, device, axes = _parse_best_query(request.query_params.multi_items())
         key = (kernel, device, tuple(sorted(axes.items())))
-        await cache.fresh()
+        budget = settings.lookup_timeout_s
+        # A hit needs the version check only to be fresh: it waits on a slow one briefly.
+        await cache.fresh(timeout_s=min(budget, HIT_WAIT_S) if key in cache.entries else budget)
         hit = cache.entries.get(key)
         if hit is None:
             metrics.record_cache.labels("miss").inc()
-            hit = await run_in_threadpool(_lookup, store, kernel, device, axes)
+            left = max(0.05, budget - (time.perf_counter() - t0))
+            hit = await bounded(_lookup, lookups, kernel, device, axes, timeout_s=left)
             cache.put(key, hit)
         status, body, match = hit
         metrics.count_lookup(match, time.perf_counter() - t0)

@@ -1,4 +1,4 @@
-"""`kernelsearch serve` (the API, with an embedded worker by default) and `kernelsearch worker`."""
+"""`kernelsearch serve` (the API, with a worker in a child process by default) and `kernelsearch worker`."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,7 @@ import threading
 
 import typer
 
-from .settings import Settings, get_settings
+from .settings import Settings, SettingsError, load_settings
 
 
 def _check_schema_or_exit(settings: Settings) -> None:
@@ -26,6 +26,15 @@ def _check_schema_or_exit(settings: Settings) -> None:
         raise typer.Exit(3) from None
     finally:
         engine.dispose()
+
+
+def _settings_or_exit() -> Settings:
+    """The settings, or a message naming the bad KS_* variables and exit 2 (never a traceback)."""
+    try:
+        return load_settings()
+    except SettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _logging(settings: Settings) -> None:
@@ -48,10 +57,11 @@ def register(app: typer.Typer) -> None:
 
         from .api import create_app
 
-        settings = get_settings()
+        settings = _settings_or_exit()
         _logging(settings)
         _check_schema_or_exit(settings)
-        app_ = create_app(settings, start_worker=not no_worker)
+        app_ = create_app(settings, start_worker=not no_worker,
+                          worker_process=settings.serve_worker == "process")
         uvicorn.run(app_, host=host, port=port, log_level=settings.log_level.lower(),
                     access_log=False)
 
@@ -60,14 +70,12 @@ def register(app: typer.Typer) -> None:
         once: bool = typer.Option(False, "--once", help="run at most one job, then exit"),
     ) -> None:
         """Claim and tune queued jobs (one at a time) until SIGTERM or Ctrl-C."""
-        from kernelsearch.db.store import Store
+        from .worker import Worker, worker_store
 
-        from .worker import Worker
-
-        settings = get_settings()
+        settings = _settings_or_exit()
         _logging(settings)
         _check_schema_or_exit(settings)
-        store = Store(settings.database_url)
+        store = worker_store(settings)
         w = Worker(settings, store)
         typer.echo(f"worker {w.owner} on {store!r}")
         stop = threading.Event()

@@ -36,7 +36,7 @@ class Health(BaseModel):
 
 
 class Unhealthy(BaseModel):
-    status: Literal["unavailable"]
+    status: Literal["unavailable", "degraded"]
     detail: str
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+LEASE_MARGIN = 3
 
 
 class Settings(BaseSettings):
@@ -39,6 +42,43 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8080", description="where `kernelsearch optuna-dashboard` serves; the case pages link to it")
     tune_reference: Literal["auto", "none", "eager", "both"] = Field(
         "auto", description="references a worker times for speedups; auto: both on a GPU, eager otherwise")
+    db_retry_seconds: float = Field(60.0, ge=0, description="a worker retries a transient database "
+                                    "failure (dropped connection, restart) this long before leaving a job")
+    lookup_timeout_s: float = Field(1.0, gt=0, le=30, description="/v1/best and /healthz answer "
+                                    "(from the cache, or 503) within this, whatever the database does")
+    serve_worker: Literal["process", "thread"] = Field(
+        "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
+        "wait behind tuning), or a thread of the API process")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Settings":
+        # A lease must outlive a missed heartbeat or two, or two live workers take the same job
+        # from each other in turn (KS_LEASE_SECONDS=5 with a 10 s heartbeat ran no trial).
+        if self.lease_seconds < LEASE_MARGIN * self.heartbeat_seconds:
+            raise ValueError(
+                f"KS_LEASE_SECONDS ({self.lease_seconds:g}) must be at least {LEASE_MARGIN}x "
+                f"KS_HEARTBEAT_SECONDS ({self.heartbeat_seconds:g}), i.e. >= "
+                f"{LEASE_MARGIN * self.heartbeat_seconds:g}: raise the lease or heartbeat more often")
+        return self
+
+
+class SettingsError(ValueError):
+    """KS_* settings that are invalid or contradict each other; the message names them."""
+
+
+def load_settings() -> Settings:
+    """The settings, or SettingsError with one line per bad KS_* variable."""
+    from pydantic import ValidationError
+
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err["loc"])
+            name = f"KS_{loc.upper()}: " if loc else ""
+            lines.append(f"{name}{err['msg'].removeprefix('Value error, ')}")
+        raise SettingsError("invalid settings: " + "; ".join(lines)) from None
 
 
 @lru_cache

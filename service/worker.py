@@ -4,8 +4,11 @@ Several workers (threads, processes, hosts) share one database: a job is claimed
 that a heartbeat thread renews; a job whose worker stopped heartbeating is claimed again by
 another, and its Optuna studies continue from their stored trials (a job's trials carry its
 tag, and tune_case counts them toward the job's n_trials), so no trial is lost or counted twice.
-A job adds n_trials to each case's study. Cancelling a job kills its trial in flight. Candidates run in
-the tuner's TrialRunner child process, so a crashing or hanging kernel never takes us down.
+A job adds n_trials to each case's study. A case is tuned only under its study's claim, so jobs
+sharing a case never tune it at once. A transient database failure costs a retry of the case
+(resuming its study), never the job; a worker told to stop hands its job back to the queue.
+Cancelling a job kills its trial in flight. Candidates run in the tuner's TrialRunner child
+process, so a crashing or hanging kernel never takes us down.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from kernelsearch.db.engine import is_transient, retrying
 from kernelsearch.db.errors import StoreError, StoreUnavailable
 from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
@@ -160,6 +164,8 @@ class Worker:
             status, error = self._run_job(job, lease)
         if status is None:
             why = "cancelled" if self._cancelled(job.id) else "lease lost or worker stopping"
+            if why != "cancelled" and self._hand_back(job.id):
+                why += "; handed back to the queue"
             log.info("worker %s left job %s: %s", self.owner, job.id, why)
             return True
         if self.store.finish_job(job.id, self.owner, status, error=error):
@@ -167,6 +173,46 @@ class Worker:
                 self.metrics.jobs_finished.labels(status).inc()
             log.info("job %s %s%s", job.id, status, f": {error}" if error else "")
         return True
+
+    def _hand_back(self, job_id: int) -> bool:
+        """Requeue a job we leave unfinished at once, so another worker need not wait for the
+        lease to expire; a database that cannot answer leaves that to the lease."""
+        try:
+            return bool(self.store.release_job(job_id, self.owner))
+        except StoreError as exc:
+            log.warning("job %s not handed back (%s); its lease expires instead", job_id, exc)
+            return False
+
+    def _claim_study(self, name: str | None, job_id: int, should_stop: Callable[[], bool]) -> bool:
+        """Hold the case's study before tuning it, waiting while another worker tunes it (its
+        trials then count for both jobs); False when told to stop while waiting."""
+        if name is None:
+            return True
+        waited = False
+        while (holder := self.store.claim_study(name, self.owner, self.settings.lease_seconds,
+                                                job_id)) is not None:
+            if not waited:
+                log.info("job %s: study %s is being tuned by %s; waiting", job_id, name, holder)
+                waited = True
+            if should_stop():
+                return False
+            self.stop_event.wait(min(1.0, self.settings.worker_poll_seconds))
+        return True
+
+    def _release_study(self, name: str | None) -> None:
+        if name is None:
+            return
+        try:
+            self.store.release_study(name, self.owner)
+        except StoreError as exc:  # the claim expires with the lease
+            log.warning("study %s not released: %s", name, exc)
+
+    def _tune_retrying(self, call: Callable[[], Any], should_stop: Callable[[], bool]) -> Any:
+        """Run one case, again (resuming its study) after a transient database failure, with
+        backoff for up to db_retry_seconds; a kernel's own failure is not retried."""
+        policy = retrying(self.settings.db_retry_seconds)
+        policy = policy.copy(stop=policy.stop | (lambda _state: should_stop()))
+        return policy(call)
 
     def _cancelled(self, job_id: int) -> bool:
         try:
@@ -214,21 +260,30 @@ class Worker:
                                                       current_case=cur):
                     lease.lost.set()
 
-            remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
-            try:
-                result = tune_case(
+            def tune() -> Any:
+                remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
+                return tune_case(
                     job.kernel, axes, store=self.store, storage_url=self.settings.database_url,
                     n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining,
                     runner=self.runner, job_id=job.id, progress=progress,
                     should_stop=should_stop, measure_n=self.settings.measure_n,
                     run_tag=f"job:{job.id}", cancel=self._job_cancelled,
-                    reference=self.settings.tune_reference,
+                    reference=self.settings.tune_reference, exclusive=study is not None,
                     next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
-            except StoreUnavailable:
-                raise
+
+            study = _study_of(job.kernel, axes, device)
+            if not self._claim_study(study, job.id, should_stop):
+                break
+            try:
+                result = self._tune_retrying(tune, should_stop)
             except Exception as exc:
+                if is_transient(exc):
+                    log.warning("job %s: case %s left after database failures: %s", job.id, axes, exc)
+                    return None, None
                 log.exception("job %s: case %s failed", job.id, axes)
                 return "failed", f"case {axes}: {type(exc).__name__}: {exc}"
+            finally:
+                self._release_study(study)
             summary = case_summary(axes, result)
             results = [r for r in results if r.get("axes") != axes] + [summary]
             best = {"cases": results}
@@ -254,6 +309,25 @@ class Worker:
         """Asked while a trial runs: a cancelled job stops it now (a SIGTERM lets it end)."""
         watch = self._cancel_watch
         return watch is not None and watch.cancelled.is_set()
+
+
+def worker_store(settings: Settings) -> Any:
+    """The store a worker uses: its own pool, and transient failures retried for
+    KS_DB_RETRY_SECONDS, so a dropped connection costs a retry, never a job."""
+    from kernelsearch.db.store import Store
+
+    return Store(settings.database_url, retry_s=settings.db_retry_seconds)
+
+
+def _study_of(kernel: str, axes: dict[str, int], device: str) -> str | None:
+    """The study a case is tuned in (None for axes the tuner will reject anyway)."""
+    from kernelsearch.kernels import get_kernel
+    from kernelsearch.search_space.tuner import study_name
+
+    try:
+        return study_name(kernel, get_kernel(kernel).validate_axes(axes), device)
+    except (KeyError, ValueError):
+        return None
 
 
 def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:

@@ -60,6 +60,18 @@ class TcpProxy:
             w.transport.abort()
         self._writers.clear()
 
+    async def _reset(self) -> int:
+        n = len(self._writers) // 2
+        for w in list(self._writers):
+            w.transport.abort()
+        self._writers.clear()
+        return n
+
+    def reset(self) -> int:
+        """Drop every live connection (each side gets a reset) but keep listening, as a flaky
+        network or a restarting pooler does; returns how many connections were dropped."""
+        return self._call(self._reset())
+
     def start(self) -> "TcpProxy":
         self._call(self._start())
         return self

@@ -59,7 +59,9 @@ def test_lookup_cache_follows_a_better_record_from_another_process(sqlite_url, t
 
     lt = _loadtest()
     kernel, axes, device = "vision_rope3d_spatial_merge_bwd", {"seq_len": 256}, "NVIDIA H200"
-    configs = lt.synthetic_configs(__import__("kernelsearch.kernels.registry", fromlist=["get_kernel"]).get_kernel(kernel), 2)
+    from kernelsearch import kernels
+
+    configs = lt.synthetic_configs(kernels.get_kernel(kernel), 2)
     assert configs[0] != configs[1]
     upgrade(sqlite_url)
     store = Store(sqlite_url)

@@ -80,7 +80,8 @@ def test_job_tuned_end_to_end_and_served(sqlite_store: Store, runner: TrialRunne
 
 
 def test_abandoned_job_resumed_by_another_worker(sqlite_store: Store, runner: TrialRunner) -> None:
-    """Worker A stops mid-job without finishing it (as if it died); after the lease B resumes."""
+    """Worker A is told to stop mid-job: it hands the job back to the queue at once (not after
+    its lease), and B resumes its study."""
     settings = settings_for(sqlite_store.url, tune_reference="none", lease_seconds=1.0,
                             heartbeat_seconds=0.2)
     job = sqlite_store.create_job(KB, [{"seq_len": 4}], 3, "random")
@@ -93,12 +94,12 @@ def test_abandoned_job_resumed_by_another_worker(sqlite_store: Store, runner: Tr
     stop_a.set()
     t.join(120)
     left = sqlite_store.get_job(job.id)
-    assert left.status == "running" and left.owner == "worker-a"
+    assert left.status == "queued" and left.owner is None and left.heartbeat_at is None
     done_by_a = left.trials_done
     assert 1 <= done_by_a < 3
     b = Worker(settings, sqlite_store, runner=runner, owner="worker-b")
     _wait(lambda: b.run_one() or sqlite_store.get_job(job.id).status == "succeeded", 120,
-          "B to claim after the lease expired")
+          "B to claim the handed-back job")
     final = sqlite_store.get_job(job.id)
     assert final.status == "succeeded" and final.owner == "worker-b" and final.attempts == 2
     assert final.trials_done == 3

@@ -1,0 +1,117 @@
+"""`kernelsearch serve`'s worker as a child process: tuning (Optuna's samplers, the store's
+writes, the trial runner's pipes) then never shares the API process's GIL or connection pool, so
+lookups do not queue behind it. The child is a plain `kernelsearch worker`, given the app's
+settings through KS_* variables, restarted if it dies, and stopped with SIGTERM (it hands its job
+back to the queue) when the app stops.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from pydantic import SecretStr
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+RESTART_DELAY_S = 2.0
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The KS_* variables that give a child process these settings."""
+    env: dict[str, str] = {}
+    for name in type(settings).model_fields:
+        value: Any = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        elif isinstance(value, (list, dict)):
+            value = json.dumps(value)
+        env[f"KS_{name.upper()}"] = str(value)
+    return env
+
+
+def _load_libc() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc Linux: the child outlives a killed parent
+        return None
+
+
+# Loaded here, not in the forked child: between fork and exec only a plain C call is safe.
+_LIBC = _load_libc()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGTERM (and hands its job back) when the API process dies, even by
+    # SIGKILL.
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class WorkerProcess:
+    """One `kernelsearch worker` child, kept running until stop()."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._watch = threading.Thread(target=self._watch_loop, name="ks-worker-watch", daemon=True)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> "WorkerProcess":
+        self._spawn()
+        self._watch.start()
+        return self
+
+    def _spawn(self) -> None:
+        env = {**os.environ, **settings_env(self.settings)}
+        cmd = [sys.executable, "-m", "kernelsearch.service.cli", "worker"]
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+            self.starts += 1
+        log.info("worker process %d started", self.proc.pid)
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            proc = self.proc
+            if proc is None or proc.poll() is None:
+                self._stop.wait(0.5)
+                continue
+            log.warning("worker process %d exited with %s; restarting in %g s", proc.pid,
+                        proc.returncode, RESTART_DELAY_S)
+            if self._stop.wait(RESTART_DELAY_S):
+                return
+            self._spawn()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if the current trial outlasts trial_timeout_s + 10 s."""
+        with self._lock:
+            self._stop.set()
+            proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(self.settings.trial_timeout_s + 10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -1,0 +1,32 @@
+"""Settings that contradict each other are refused with a message naming the KS_* variables."""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from kernelsearch.service.settings import LEASE_MARGIN, Settings, SettingsError, get_settings, load_settings
+
+
+def test_a_lease_shorter_than_a_few_heartbeats_is_refused() -> None:
+    with pytest.raises(ValidationError, match="KS_LEASE_SECONDS"):
+        Settings(lease_seconds=5, heartbeat_seconds=10)
+    ok = Settings(lease_seconds=LEASE_MARGIN * 2.0, heartbeat_seconds=2.0)
+    assert ok.lease_seconds == 6.0
+
+
+def test_load_settings_says_which_variables(monkeypatch) -> None:
+    monkeypatch.setenv("KS_LEASE_SECONDS", "5")
+    monkeypatch.delenv("KS_HEARTBEAT_SECONDS", raising=False)
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SettingsError) as info:
+            load_settings()
+        msg = str(info.value)
+        assert "KS_LEASE_SECONDS (5)" in msg and "KS_HEARTBEAT_SECONDS (10)" in msg
+        monkeypatch.setenv("KS_LOOKUP_TIMEOUT_S", "0")
+        monkeypatch.setenv("KS_LEASE_SECONDS", "60")
+        get_settings.cache_clear()
+        with pytest.raises(SettingsError, match="KS_LOOKUP_TIMEOUT_S"):
+            load_settings()
+    finally:
+        get_settings.cache_clear()

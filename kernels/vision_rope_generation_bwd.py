@@ -227,12 +227,13 @@ def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
     A partial is m * 2^(q - 149) with m < 2^24 and q in [0, 254): m << (q % 32) splits into digit
     q // 32 and the one above, each below 2^32 and signed by the partial. Word 9 counts NaN/Inf
     partials. Every word gets the program's digit shifted past a 16-bit arrival count (zero
-    digits too, so every count reaches the grid size), all 180 in one atomic instruction."""
+    digits too, so every count reaches the grid size): two atomic instructions, the digits and
+    word 9, whose returned count tells the program whether it finishes that output."""
     j = tl.arange(0, 32)
     live = j < 18
     w = tl.arange(0, 16)[None, :]  # 0..8: digits, 9: poison count, 10..15: unused
-    wmask = live[:, None] & (w < 10)
-    words = slots_ptr + j[:, None] * STRIDE + w
+    row = slots_ptr + j * STRIDE
+    words = row[:, None] + w
     bits = part.to(tl.int32, bitcast=True)
     ef = (bits >> 23) & 0xFF
     bad = ef == 255
@@ -245,43 +246,37 @@ def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
     hi = (v >> 32) * sign
     k = (q >> 5)[:, None]
     digit = tl.where(w == k, lo[:, None], tl.where(w == k + 1, hi[:, None], 0))
-    digit = tl.where(w == 9, bad.to(tl.int64)[:, None], digit)
     inc = (digit << 16) + 1
-    old = tl.atomic_add(words, inc, mask=wmask, sem="relaxed", scope="gpu")
-    new = old + inc
-    o_last = tl.sum(tl.where(w == 9, old, 0), axis=1)
-    fin = live & ((o_last & 0xFFFF) + 1 == n_prog)
+    old = tl.atomic_add(words, inc, mask=live[:, None] & (w < 9), sem="relaxed", scope="gpu")
+    old9 = tl.atomic_add(row + 9, (bad.to(tl.int64) << 16) + 1, mask=live, sem="relaxed",
+                         scope="gpu")
+    fin = live & ((old9 & 0xFFFF) + 1 == n_prog)
     if tl.max(fin.to(tl.int32), axis=0) > 0:
-        # Every program has added its poison word; its other words went out in the same
-        # instruction and are in flight at worst: read them back until their counts are whole.
-        fmask = fin[:, None] & (w < 10)
-        done = ~fmask | ((new & 0xFFFF) == n_prog)
+        # Every program has added its word 9; its digits went out just before and are in
+        # flight at worst: read them back until their counts are whole.
+        fmask = fin[:, None] & (w < 9)
+        done = ~fmask | (((old + inc) & 0xFFFF) == n_prog)
         if tl.min(tl.min(done.to(tl.int32), axis=1), axis=0) == 0:
             pending = 1
             while pending > 0:
                 cur = tl.load(words, mask=fmask, other=0, volatile=True)
                 ok = ~fmask | ((cur & 0xFFFF) == n_prog)
                 pending = tl.sum(tl.sum((~ok).to(tl.int32), axis=1), axis=0)
-            new = tl.load(words, mask=fmask, other=0, volatile=True)
-        sums = new >> 16
-        # Balanced digits in [-2^31, 2^31): below the top nonzero digit the rest is less than
-        # half of it, so Horner's rule in float64 from the top never cancels.
+        # Balanced digits in [-2^31, 2^31), from the bottom: below any digit the rest is less
+        # than half a unit of it, so the float64 Horner sum never cancels (error < 1e-15).
         carry = tl.zeros([32], dtype=tl.int64)
-        nd = tl.zeros([32, 16], dtype=tl.int64)
+        u = tl.zeros([32], dtype=tl.float64)
         for i in tl.static_range(9):
-            s = tl.sum(tl.where(w == i, sums, 0), axis=1) + carry
+            s = (tl.load(row + i, mask=fin, other=0, volatile=True) >> 16) + carry
             d = ((s + 2147483648) & 0xFFFFFFFF) - 2147483648
             carry = (s - d) >> 32
-            nd = tl.where(w == i, d[:, None], nd)
-        total = carry.to(tl.float64)
-        for i in tl.static_range(9):
-            d = tl.sum(tl.where(w == 8 - i, nd, 0), axis=1)
-            total = total * 4294967296.0 + d.to(tl.float64)
-        total = total * 2.6469779601696886e-23 * 5.293955920339377e-23  # 2^-75 * 2^-74
-        poisoned = tl.sum(tl.where(w == 9, sums, 0), axis=1) > 0
+            u = u * 2.3283064365386963e-10 + d.to(tl.float64)  # 2^-32
+        # u counts units of digit 8 (2^(256 - 149) = 2^107); the carry is one digit above it.
+        total = (u + carry.to(tl.float64) * 4294967296.0) * 1.6225927682921336e+32
+        poisoned = (tl.load(row + 9, mask=fin, other=0, volatile=True) >> 16) > 0
         res = tl.where(poisoned, float("nan"), total.to(tl.float32))
         tl.store(out_ptr + j, res, mask=fin)
-        tl.store(words, tl.zeros([32, 16], dtype=tl.int64), mask=fmask)
+        tl.store(words, tl.zeros([32, 16], dtype=tl.int64), mask=fin[:, None] & (w < 10))
 
 
 @triton.jit

@@ -20,7 +20,7 @@ from .spec import Draw, KernelDef
 
 DISTRIBUTIONS = ("benchmark", "realistic")
 _F32 = torch.finfo(torch.float32)
-# Bytes of draws an InputCache keeps per case; past it further draws are made per check.
+# Bytes of draws an InputCache keeps per case; past it further scaled draws are made per check.
 CACHE_BYTES = 24 << 30
 
 
@@ -78,7 +78,7 @@ class InputCache:
 
     A trial process checks and times many configs of the same case: drawing the inputs on the
     CPU, copying them to the device and computing the float64 reference again for every config
-    costs more than the kernel. Draws are keyed by (seed, distribution) within one case
+    costs more than the kernel. Draws are keyed by (seed, draw name) within one case
     (kernel, axes, device); asking for another case forgets the previous one, so device memory
     stays at one case's worth over a run. Each draw keeps an untouched copy: `verify()` forgets
     the case when a launch modified any input, so a modified input is never reused.
@@ -115,7 +115,9 @@ class InputCache:
         else:
             draw = _Draw(kernel.make_inputs(axes, seed=seed, distribution=spec.distribution,
                                             device=device))
-        if sum(d.nbytes() for d in self._draws.values()) + draw.nbytes() <= self.max_bytes:
+        # Scaled draws are a multiply away from their base: past the budget they are rebuilt.
+        kept = sum(d.nbytes() for d in self._draws.values())
+        if not spec.scaled or kept + draw.nbytes() <= self.max_bytes:
             self._draws[(seed, spec.name)] = draw
         return draw
 

@@ -18,7 +18,8 @@ program's exponent before any program converts, i.e. a grid-wide wait. Each word
 16-bit arrival count, and the program that brings an output's count to the grid size resolves
 its carries into balanced digits (so the float64 combination never cancels) and writes that
 output rounded once; a NaN or Inf partial makes the output NaN. No memset, no atomics on the
-output.
+output. `SLOTS=spread` puts each of the 180 words in its own 128-byte line, so that the grid's
+atomics on one output do not all queue at one L2 slice.
 
 `GRID=persistent` runs PROGRAMS_PER_SM programs per multiprocessor, each striding over the tiles,
 so the cross-program sum costs a fixed number of atomics however large the input.
@@ -50,6 +51,8 @@ GROUP = 32  # programs per first-level group of the two-level ticket
 # 48 bits for at most FIXED_MAX_PROGRAMS programs.
 FIXED_STRIDE = 16
 FIXED_DIGITS = 9
+# SLOTS="spread": word w of output j at (w * 18 + j) * FIXED_STRIDE, every word in its own line.
+FIXED_WORDS = 10
 FIXED_MAX_PROGRAMS = (1 << 15) - 1
 
 
@@ -124,6 +127,7 @@ def _rope_gen_bwd_kernel(
     BLOCK_P: tl.constexpr, TILES: tl.constexpr, REDUCE: tl.constexpr, COLS: tl.constexpr,
     TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr, PIPELINE: tl.constexpr,
     GROUP: tl.constexpr, SLOT_STRIDE: tl.constexpr, PERSISTENT: tl.constexpr,
+    WORD_STRIDE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     j = tl.arange(0, 32)
@@ -186,7 +190,7 @@ def _rope_gen_bwd_kernel(
     if REDUCE == "single":
         tl.store(out_ptr + j, part, mask=j < 18)
     elif REDUCE == "fixed":
-        _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0), SLOT_STRIDE)
+        _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0), SLOT_STRIDE, WORD_STRIDE)
     elif REDUCE == "ticket":
         n_prog = tl.num_programs(0)
         tl.store(ws_ptr + pid * 32 + j, part)
@@ -221,7 +225,7 @@ def _rope_gen_bwd_kernel(
 
 
 @triton.jit
-def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
+def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr, WSTRIDE: tl.constexpr):
     """Add this program's 18 partials exactly to the long accumulators; finish those it completes.
 
     A partial is m * 2^(q - 149) with m < 2^24 and q in [0, 254): m << (q % 32) splits into digit
@@ -233,7 +237,7 @@ def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
     live = j < 18
     w = tl.arange(0, 16)[None, :]  # 0..8: digits, 9: poison count, 10..15: unused
     row = slots_ptr + j * STRIDE
-    words = row[:, None] + w
+    words = row[:, None] + w * WSTRIDE
     bits = part.to(tl.int32, bitcast=True)
     ef = (bits >> 23) & 0xFF
     bad = ef == 255
@@ -248,7 +252,7 @@ def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
     digit = tl.where(w == k, lo[:, None], tl.where(w == k + 1, hi[:, None], 0))
     inc = (digit << 16) + 1
     old = tl.atomic_add(words, inc, mask=live[:, None] & (w < 9), sem="relaxed", scope="gpu")
-    old9 = tl.atomic_add(row + 9, (bad.to(tl.int64) << 16) + 1, mask=live, sem="relaxed",
+    old9 = tl.atomic_add(row + 9 * WSTRIDE, (bad.to(tl.int64) << 16) + 1, mask=live, sem="relaxed",
                          scope="gpu")
     fin = live & ((old9 & 0xFFFF) + 1 == n_prog)
     if tl.max(fin.to(tl.int32), axis=0) > 0:
@@ -267,13 +271,13 @@ def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
         carry = tl.zeros([32], dtype=tl.int64)
         u = tl.zeros([32], dtype=tl.float64)
         for i in tl.static_range(9):
-            s = (tl.load(row + i, mask=fin, other=0, volatile=True) >> 16) + carry
+            s = (tl.load(row + i * WSTRIDE, mask=fin, other=0, volatile=True) >> 16) + carry
             d = ((s + 2147483648) & 0xFFFFFFFF) - 2147483648
             carry = (s - d) >> 32
             u = u * 2.3283064365386963e-10 + d.to(tl.float64)  # 2^-32
         # u counts units of digit 8 (2^(256 - 149) = 2^107); the carry is one digit above it.
         total = (u + carry.to(tl.float64) * 4294967296.0) * 1.6225927682921336e+32
-        poisoned = (tl.load(row + 9, mask=fin, other=0, volatile=True) >> 16) > 0
+        poisoned = (tl.load(row + 9 * WSTRIDE, mask=fin, other=0, volatile=True) >> 16) > 0
         res = tl.where(poisoned, float("nan"), total.to(tl.float32))
         tl.store(out_ptr + j, res, mask=fin)
         tl.store(words, tl.zeros([32, 16], dtype=tl.int64), mask=fin[:, None] & (w < 10))
@@ -301,6 +305,9 @@ PARAMS = (
           "cross-program reduction: the last-arriving program sums the partials in order, the same "
           "in two levels (groups of 32 programs, then the groups), fixed-point integer atomics whose "
           "last adder writes each output (exact over the float32 range), or one program does all"),
+    Param("SLOTS", ("line", "spread"), "line",
+          "fixed sum's words: an output's ten in one 128-byte line, or each word in its own line "
+          "(fewer atomics queue at one L2 slice)", requires={"REDUCE": ("fixed",)}),
     Param("GRID", ("tiles", "persistent"), "tiles",
           "TILES consecutive tiles per program, or PROGRAMS_PER_SM programs per multiprocessor "
           "striding over all tiles", requires={"REDUCE": ("ticket", "ticket2", "fixed")}),
@@ -349,7 +356,8 @@ def _workspace(device: torch.device, rows: int,
         if got is None:
             got = (torch.empty((max(rows, 1024), 32), dtype=torch.float32, device=device),
                    torch.zeros(32 * counters, dtype=torch.int32, device=device),
-                   torch.zeros(QUARTER * FIXED_STRIDE, dtype=torch.int64, device=device))
+                   torch.zeros(FIXED_WORDS * QUARTER * FIXED_STRIDE, dtype=torch.int64,
+                               device=device))
         ws, counter, slots = got
         if ws.shape[0] < rows:
             ws = torch.empty((max(rows, 2 * ws.shape[0]), 32), dtype=torch.float32, device=device)
@@ -395,6 +403,7 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
         TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb, PIPELINE=config["PIPELINE"], GROUP=GROUP,
         SLOT_STRIDE=FIXED_STRIDE, PERSISTENT=persistent,
+        WORD_STRIDE=QUARTER * FIXED_STRIDE if config.get("SLOTS") == "spread" else 1,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     return (grad,)

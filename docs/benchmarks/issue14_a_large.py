@@ -52,6 +52,10 @@ def candidates() -> list[dict[str, Any]]:
                                                      (1, 2, 4, 8), (4, 8), ("none", "prefetch")):
         out.append({"BLOCK_P": bp, "COLS": cols, "GRID": "persistent", "PROGRAMS_PER_SM": pps,
                     "num_warps": nw, "PIPELINE": pipe})
+    for pps in (1, 2, 4):
+        out.append({"BLOCK_P": 128, "COLS": "split64", "GRID": "persistent", "PROGRAMS_PER_SM": pps,
+                    "num_warps": 8, "SLOTS": "spread"})
+    out.append({"BLOCK_P": 16, "SLOTS": "spread"})
     for reduce in ("ticket", "ticket2"):
         out.append({"BLOCK_P": 128, "COLS": "split64", "GRID": "persistent",
                     "PROGRAMS_PER_SM": 2, "num_warps": 8, "REDUCE": reduce})

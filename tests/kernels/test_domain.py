@@ -67,7 +67,8 @@ def test_gpu_unreduced_fast_trig_is_rejected_on_the_largest_angles(kdef):
 A_CONFIGS = [
     {"REDUCE": "fixed", "BLOCK_P": 8, "num_warps": 2},                       # 38 programs
     {"REDUCE": "fixed", "BLOCK_P": 16, "TILES": 2, "COLS": "split64", "PIPELINE": "prefetch"},
-    {"REDUCE": "fixed", "BLOCK_P": 8, "GRID": "persistent", "PROGRAMS_PER_SM": 2},
+    {"REDUCE": "fixed", "BLOCK_P": 8, "GRID": "persistent", "PROGRAMS_PER_SM": 2,
+     "SLOTS": "spread"},
     {"REDUCE": "fixed", "BLOCK_P": 32, "COLS": "pad128", "GRID": "persistent",
      "PROGRAMS_PER_SM": 1, "PIPELINE": "prefetch"},
 ]
@@ -109,6 +110,7 @@ def test_a_fixed_sum_words_are_clean_after_a_persistent_launch():
     big = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 8, "GRID": "persistent",
                              "PROGRAMS_PER_SM": 3})
     small = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 16})
-    for P, cfg in ((200, big), (37, small), (200, small), (5, big)):
+    spread = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 16, "SLOTS": "spread"})
+    for P, cfg in ((200, big), (37, small), (200, spread), (200, small), (5, big), (37, spread)):
         res = check_config(A, {"total_patches": P}, cfg, seed=P, draws=BENCH)
         assert res.ok, (P, res.detail)

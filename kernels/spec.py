@@ -138,7 +138,7 @@ class KernelDef:
     # The Triton handle of the latest launch in this process (registers, spills, shared memory).
     last_compiled: Any = field(default=None, repr=False)
     # The inputs a served config must be right on: the draws the correctness gate runs.
-    domain: InputDomain = field(default_factory=lambda: InputDomain())
+    domain: InputDomain = field(default_factory=InputDomain)
 
     @property
     def source_hash(self) -> str:

@@ -46,12 +46,11 @@ MAX_PATCHES = 1 << 22
 # The largest grid position the domain holds (a long video's time axis): angles up to 1.3e5 rad.
 MAX_POSITION = 1 << 17
 GROUP = 32  # programs per first-level group of the two-level ticket
-# REDUCE="fixed": each output's ten int64 words (nine 32-bit digit sums and the poison count)
-# sit in their own 128-byte line; the count field is 16 bits, and the digit sums stay inside
-# 48 bits for at most FIXED_MAX_PROGRAMS programs.
+# REDUCE="fixed": each output has ten int64 words (nine 32-bit digit sums and the poison count),
+# word w of output j at j * FIXED_STRIDE + w (SLOTS="line": one 128-byte line per output) or at
+# (w * 18 + j) * FIXED_STRIDE (SLOTS="spread": a line per word). The count field is 16 bits, and
+# the digit sums stay inside 48 bits for at most FIXED_MAX_PROGRAMS programs.
 FIXED_STRIDE = 16
-FIXED_DIGITS = 9
-# SLOTS="spread": word w of output j at (w * 18 + j) * FIXED_STRIDE, every word in its own line.
 FIXED_WORDS = 10
 FIXED_MAX_PROGRAMS = (1 << 15) - 1
 

@@ -1,7 +1,8 @@
-"""sin/cos variants the tuner chooses between.
+"""sin/cos variants the kernels accept.
 
 `precise` is libdevice's sinf/cosf; `approx` is the hardware's sin.approx/cos.approx, accurate
-only near zero; `approx_rr` reduces the argument to [-pi, pi] first (Cody-Waite, two constants)
+only near zero (1.3e-3 at the domain's largest angles on the H200, so the gate rejects it and
+the search spaces leave it out); `approx_rr` reduces the argument to [-pi, pi] first (Cody-Waite, two constants)
 so the approximation holds for the large angles real RoPE tables have. The interpreter has no
 inline assembly: there `ASM` is false and tl.sin/tl.cos stand in, after the same reduction.
 """
@@ -9,8 +10,8 @@ import triton
 import triton.language as tl
 
 TRIG_CHOICES = ("precise", "approx", "approx_rr")
-# `approx` is checked on the angles of the case a record was tuned for, not on larger ones: a
-# record served to another shape runs with the range reduction (KernelDef.off_case).
+# `approx` never passes the domain's largest angles: a record that holds it (tuned before the
+# domain was checked) served to another shape runs with the range reduction (KernelDef.off_case).
 OFF_CASE = {"TRIG": {"approx": "approx_rr"}}
 
 _INV_2PI = 0.15915494309189535

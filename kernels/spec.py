@@ -182,6 +182,48 @@ def load_cases(filename: str | Path, axis_names: Sequence[str], *,
     return cases_from_rows(json.loads(text)["cases"], axis_names)
 
 
+# Factors on the gradients that the gate's magnitude draws apply (1e-30 .. 1e30, every ten decades).
+MAGNITUDES = (1e-30, 1e-20, 1e-10, 1e10, 1e20, 1e30)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One input draw of a kernel's domain: a `make_inputs` distribution, optionally with some
+    inputs multiplied by `scale` (the draw then reuses that distribution's inputs for the rest)."""
+
+    name: str
+    distribution: str
+    scale: float = 1.0
+    scaled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InputDomain:
+    """Every kind of input a caller may pass, as the draws the correctness gate checks.
+
+    A config is served for every input of its shape, so it is certified on each draw: the
+    plain `distributions`, each group of `scale_groups` multiplied by each of `scales` (on the
+    first distribution's inputs; an output whose float64 result leaves the normal float32 range
+    is not compared there), and the `edge` distributions (e.g. the largest angles a RoPE table
+    holds). `notes` says in words what the draws stand for.
+    """
+
+    distributions: tuple[str, ...] = ("benchmark", "realistic")
+    scale_groups: tuple[tuple[str, ...], ...] = ()
+    scales: tuple[float, ...] = MAGNITUDES
+    edge: tuple[str, ...] = ()
+    notes: str = ""
+
+    def draws(self) -> tuple[Draw, ...]:
+        out = [Draw(d, d) for d in self.distributions]
+        base = self.distributions[0] if self.distributions else "benchmark"
+        for group in self.scale_groups:
+            for f in self.scales:
+                out.append(Draw(f"{base}*{f:g}[{','.join(group)}]", base, float(f), tuple(group)))
+        out.extend(Draw(d, d) for d in self.edge)
+        return tuple(out)
+
+
 @dataclass(kw_only=True)
 class KernelDef:
     """Everything the layers above need to tune, check, time and call one kernel."""
@@ -239,6 +281,8 @@ class KernelDef:
     def __post_init__(self) -> None:
         if self.module is None:
             self.module = getattr(self.launch, "__module__", None)
+    # The inputs a served config must be right on: the draws the correctness gate runs.
+    domain: InputDomain = field(default_factory=InputDomain)
 
     @property
     def source_hash(self) -> str:

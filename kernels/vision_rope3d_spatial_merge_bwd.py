@@ -17,13 +17,15 @@ import triton.language as tl
 
 from ._trig import OFF_CASE, TRIG_CHOICES, sincos
 from .device import default_device, is_interpreter, num_programs_hint
-from .spec import Axis, KernelDef, Param, check_tensor, load_cases
+from .spec import Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
 
 NAME = "vision_rope3d_spatial_merge_bwd"
 NUM_HEADS = 16
 HEAD_DIM = 128
 HALF = 64
 MAX_SEQ = 1 << 17
+# The largest position the domain's RoPE tables hold (a long video's time axis): 1.3e5 rad.
+MAX_POSITION = 1 << 17
 
 _CACHE = {"none": ("", ""), "evict_first": ("", "evict_first"), "cg": (".cg", "")}
 _STORE = {"none": ("", ""), "cs": (".cs", ""), "evict_first": ("", "evict_first")}
@@ -182,7 +184,8 @@ def axes_of(grad_q_embed, grad_k_embed, q, k, embeddings) -> dict[str, int]:
 
 def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benchmark",
                 device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
-    """The benchmark's draw (all standard normal) or embeddings built from real RoPE angles."""
+    """The benchmark's draw (all standard normal), embeddings built from real RoPE angles of
+    positions 0..S-1, or `long`: real RoPE angles of positions drawn up to MAX_POSITION."""
     device = torch.device(device) if device is not None else default_device()
     S = int(axes["seq_len"])
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -190,13 +193,17 @@ def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benc
     gq, gk, q, k = (torch.randn(shape, generator=gen) for _ in range(4))
     if distribution == "benchmark":
         emb = torch.randn(S, HEAD_DIM, generator=gen)
-    elif distribution == "realistic":
+    elif distribution in ("realistic", "long"):
         inv_freq = 1.0 / (10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM))
-        pos = torch.arange(S, dtype=torch.float64)
+        if distribution == "long":
+            pos = torch.randint(0, MAX_POSITION, (S,), generator=gen).double()
+        else:
+            pos = torch.arange(S, dtype=torch.float64)
         f = pos[:, None] * inv_freq[None, :]
         emb = torch.cat([f, f], dim=1).float()
     else:
-        raise ValueError(f"distribution: expected 'benchmark' or 'realistic', got {distribution!r}")
+        raise ValueError("distribution: expected 'benchmark', 'realistic' or 'long', "
+                         f"got {distribution!r}")
     return tuple(t.to(device).contiguous() for t in (gq, gk, q, k, emb))
 
 
@@ -258,4 +265,8 @@ KERNEL = KernelDef(
     rules=_rules,
     off_case=OFF_CASE,
     triton_kernels=(_rope3d_bwd_kernel,),
+    domain=InputDomain(
+        scale_groups=(("grad_q_embed", "grad_k_embed"), ("q", "k")), edge=("long",),
+        notes="the gradients, and q and k, each scaled by 1e-30 .. 1e30; RoPE angles of "
+              f"positions up to {MAX_POSITION}"),
 )

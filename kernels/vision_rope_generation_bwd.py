@@ -6,10 +6,23 @@
 One launch per call, deterministic: each program folds its patches into an 18-vector partial,
 then takes a ticket from a self-resetting counter; the program holding the last ticket sums the
 partials in program order (`ticket2`: the same in groups of 32 programs, then over the groups).
-`fixed` instead adds each partial as a fixed-point integer (52 fraction bits, three 32-bit digits)
-with a count packed into each word: integer sums do not depend on arrival order, and the program
-that brings a slot's count to the grid size writes that output, with no fence and no partials to
-read back. No memset, no atomics on the output, the same bits every call.
+
+`fixed` (the default) adds each partial exactly into a long fixed-point accumulator that spans
+the whole float32 range (bits 2^-149 to 2^139: nine 32-bit digits per output), with integer
+atomics: integer sums do not depend on arrival order, so the result is the same bits every call
+without partials to read back or a fence. Why nine digits rather than a window: a float32
+partial is m * 2^e with a 24-bit m, which lands exactly in two adjacent digits wherever e is,
+so every magnitude a caller can pass sums exactly (a fixed binary point covered only a band:
+zeros for gradients of 1e-20, NaN from 1e10); a scale picked per launch would need every
+program's exponent before any program converts, i.e. a grid-wide wait. Each word carries a
+16-bit arrival count, and the program that brings an output's count to the grid size resolves
+its carries into balanced digits (so the float64 combination never cancels) and writes that
+output rounded once; a NaN or Inf partial makes the output NaN. No memset, no atomics on the
+output. `SLOTS=spread` puts each of the 180 words in its own 128-byte line, so that the grid's
+atomics on one output do not all queue at one L2 slice.
+
+`GRID=persistent` runs PROGRAMS_PER_SM programs per multiprocessor, each striding over the tiles,
+so the cross-program sum costs a fixed number of atomics however large the input.
 """
 from __future__ import annotations
 
@@ -22,19 +35,23 @@ import triton
 import triton.language as tl
 
 from ._trig import OFF_CASE, TRIG_CHOICES, sincos
-from .device import default_device, is_interpreter
-from .spec import Axis, KernelDef, Param, check_tensor, load_cases
+from .device import default_device, is_interpreter, num_programs_hint
+from .spec import Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
 
 NAME = "vision_rope_generation_bwd"
 HEAD_DIM = 72
 HALF = 36
 QUARTER = 18
 MAX_PATCHES = 1 << 22
+# The largest grid position the domain holds (a long video's time axis): angles up to 1.3e5 rad.
+MAX_POSITION = 1 << 17
 GROUP = 32  # programs per first-level group of the two-level ticket
-# REDUCE="fixed": each output's four int64 words (low, middle, high digit sums and the poison
-# count) sit in their own 128-byte line; the count field is 16 bits, and the digit sums stay
-# inside 48 bits for at most FIXED_MAX_PROGRAMS programs.
+# REDUCE="fixed": each output has ten int64 words (nine 32-bit digit sums and the poison count),
+# word w of output j at j * FIXED_STRIDE + w (SLOTS="line": one 128-byte line per output) or at
+# (w * 18 + j) * FIXED_STRIDE (SLOTS="spread": a line per word). The count field is 16 bits, and
+# the digit sums stay inside 48 bits for at most FIXED_MAX_PROGRAMS programs.
 FIXED_STRIDE = 16
+FIXED_WORDS = 10
 FIXED_MAX_PROGRAMS = (1 << 15) - 1
 
 
@@ -108,7 +125,8 @@ def _rope_gen_bwd_kernel(
     P, n_tiles,
     BLOCK_P: tl.constexpr, TILES: tl.constexpr, REDUCE: tl.constexpr, COLS: tl.constexpr,
     TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr, PIPELINE: tl.constexpr,
-    GROUP: tl.constexpr, SLOT_STRIDE: tl.constexpr,
+    GROUP: tl.constexpr, SLOT_STRIDE: tl.constexpr, PERSISTENT: tl.constexpr,
+    WORD_STRIDE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     j = tl.arange(0, 32)
@@ -126,22 +144,28 @@ def _rope_gen_bwd_kernel(
     if REDUCE == "single":
         t_lo = 0
         t_hi = n_tiles
+        step = 1
+    elif PERSISTENT:
+        t_lo = pid
+        t_hi = n_tiles
+        step = tl.num_programs(0)
     else:
         t_lo = pid * TILES
         t_hi = tl.minimum(t_lo + TILES, n_tiles)
+        step = 1
     if PIPELINE == "prefetch":
         # The next tile's loads are issued before this tile's arithmetic: a program keeps two
         # tiles in flight instead of paying one DRAM round trip per tile.
         e, gs, gc, w, e_t, gs_t, gc_t, pos_b = _load_tile(
             gc_ptr, gs_ptr, pos_ptr, emb_ptr, t_lo, t_hi, P, BLOCK_P, COLS)
-        for t in range(t_lo + 1, t_hi + 1):
+        for t in range(t_lo + step, t_hi + step, step):
             e2, gs2, gc2, w2, e_t2, gs_t2, gc_t2, pos_b2 = _load_tile(
                 gc_ptr, gs_ptr, pos_ptr, emb_ptr, t, t_hi, P, BLOCK_P, COLS)
             acc, acc_t = _fold_tile(acc, acc_t, e, gs, gc, w, e_t, gs_t, gc_t, pos_b,
                                     COLS, TRIG, ASM)
             e, gs, gc, w, e_t, gs_t, gc_t, pos_b = e2, gs2, gc2, w2, e_t2, gs_t2, gc_t2, pos_b2
     else:
-        for t in range(t_lo, t_hi):
+        for t in range(t_lo, t_hi, step):
             e, gs, gc, w, e_t, gs_t, gc_t, pos_b = _load_tile(
                 gc_ptr, gs_ptr, pos_ptr, emb_ptr, t, t_hi, P, BLOCK_P, COLS)
             acc, acc_t = _fold_tile(acc, acc_t, e, gs, gc, w, e_t, gs_t, gc_t, pos_b,
@@ -165,7 +189,7 @@ def _rope_gen_bwd_kernel(
     if REDUCE == "single":
         tl.store(out_ptr + j, part, mask=j < 18)
     elif REDUCE == "fixed":
-        _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0), SLOT_STRIDE)
+        _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0), SLOT_STRIDE, WORD_STRIDE)
     elif REDUCE == "ticket":
         n_prog = tl.num_programs(0)
         tl.store(ws_ptr + pid * 32 + j, part)
@@ -200,53 +224,62 @@ def _rope_gen_bwd_kernel(
 
 
 @triton.jit
-def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr):
-    """Add this program's 18 partials to the fixed-point slots; finish the slots it completes.
+def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr, WSTRIDE: tl.constexpr):
+    """Add this program's 18 partials exactly to the long accumulators; finish those it completes.
 
-    A partial becomes x = |p| * 2^52 < 2^95, split into three digits below 2^32 (float32 scaling
-    and subtraction are exact here), signed by p, and each digit is added shifted past a 16-bit
-    arrival count. A partial that is NaN or at least 2^43 counts as poison: its output is NaN
-    rather than a silently wrapped sum. The four words of all 18 outputs go out as one atomic
-    instruction, so a program waits one L2 round trip for them, not four."""
+    A partial is m * 2^(q - 149) with m < 2^24 and q in [0, 254): m << (q % 32) splits into digit
+    q // 32 and the one above, each below 2^32 and signed by the partial. Word 9 counts NaN/Inf
+    partials. Every word gets the program's digit shifted past a 16-bit arrival count (zero
+    digits too, so every count reaches the grid size): two atomic instructions, the digits and
+    word 9, whose returned count tells the program whether it finishes that output."""
     j = tl.arange(0, 32)
     live = j < 18
-    w = tl.arange(0, 4)[None, :]  # 0: low digit, 1: middle, 2: high, 3: poison count
-    words = slots_ptr + j[:, None] * STRIDE + w
-    bad = (part != part) | (tl.abs(part) >= 8796093022208.0)
-    x = tl.where(bad, 0.0, tl.abs(part)) * 4503599627370496.0
-    h = tl.floor(x * 5.421010862427522e-20)
-    r = x - h * 18446744073709551616.0
-    m = tl.floor(r * 2.3283064365386963e-10)
-    lo_f = r - m * 4294967296.0
-    sign = tl.where(part < 0, -1, 1).to(tl.int64)
-    digit = tl.where(w == 0, (lo_f.to(tl.int64) * sign)[:, None],
-                     tl.where(w == 1, (m.to(tl.int64) * sign)[:, None],
-                              tl.where(w == 2, (h.to(tl.int64) * sign)[:, None],
-                                       bad.to(tl.int64)[:, None])))
+    w = tl.arange(0, 16)[None, :]  # 0..8: digits, 9: poison count, 10..15: unused
+    row = slots_ptr + j * STRIDE
+    words = row[:, None] + w * WSTRIDE
+    bits = part.to(tl.int32, bitcast=True)
+    ef = (bits >> 23) & 0xFF
+    bad = ef == 255
+    mant = bits & 0x7FFFFF
+    m = tl.where(ef == 0, mant, mant | 0x800000).to(tl.int64)
+    q = tl.where(bad, 0, tl.maximum(ef, 1) - 1)
+    v = tl.where(bad, 0, m) << (q & 31).to(tl.int64)
+    sign = tl.where(bits < 0, -1, 1).to(tl.int64)
+    lo = (v & 0xFFFFFFFF) * sign
+    hi = (v >> 32) * sign
+    k = (q >> 5)[:, None]
+    digit = tl.where(w == k, lo[:, None], tl.where(w == k + 1, hi[:, None], 0))
     inc = (digit << 16) + 1
-    old = tl.atomic_add(words, inc, mask=live[:, None], sem="relaxed", scope="gpu")
-    new = old + inc
-    o_hi = tl.sum(tl.where(w == 2, old, 0), axis=1)
-    fin = live & ((o_hi & 0xFFFF) + 1 == n_prog)
+    old = tl.atomic_add(words, inc, mask=live[:, None] & (w < 9), sem="relaxed", scope="gpu")
+    old9 = tl.atomic_add(row + 9 * WSTRIDE, (bad.to(tl.int64) << 16) + 1, mask=live, sem="relaxed",
+                         scope="gpu")
+    fin = live & ((old9 & 0xFFFF) + 1 == n_prog)
     if tl.max(fin.to(tl.int32), axis=0) > 0:
-        # Every program has added its high digit; its other three words went out in the same
-        # instruction and are in flight at worst: read them back until their counts are whole.
-        done = ~fin[:, None] | ((new & 0xFFFF) == n_prog)
+        # Every program has added its word 9; its digits went out just before and are in
+        # flight at worst: read them back until their counts are whole.
+        fmask = fin[:, None] & (w < 9)
+        done = ~fmask | (((old + inc) & 0xFFFF) == n_prog)
         if tl.min(tl.min(done.to(tl.int32), axis=1), axis=0) == 0:
             pending = 1
             while pending > 0:
-                cur = tl.load(words, mask=fin[:, None], other=0, volatile=True)
-                ok = ~fin[:, None] | ((cur & 0xFFFF) == n_prog)
+                cur = tl.load(words, mask=fmask, other=0, volatile=True)
+                ok = ~fmask | ((cur & 0xFFFF) == n_prog)
                 pending = tl.sum(tl.sum((~ok).to(tl.int32), axis=1), axis=0)
-            new = tl.load(words, mask=fin[:, None], other=0, volatile=True)
-        sums = (new >> 16).to(tl.float64)
-        scale = tl.where(w == 0, 2.220446049250313e-16,
-                         tl.where(w == 1, 9.5367431640625e-07, tl.where(w == 2, 4096.0, 0.0)))
-        total = tl.sum(sums * scale, axis=1)
-        poisoned = tl.sum(tl.where(w == 3, new >> 16, 0), axis=1) > 0
+        # Balanced digits in [-2^31, 2^31), from the bottom: below any digit the rest is less
+        # than half a unit of it, so the float64 Horner sum never cancels (error < 1e-15).
+        carry = tl.zeros([32], dtype=tl.int64)
+        u = tl.zeros([32], dtype=tl.float64)
+        for i in tl.static_range(9):
+            s = (tl.load(row + i * WSTRIDE, mask=fin, other=0, volatile=True) >> 16) + carry
+            d = ((s + 2147483648) & 0xFFFFFFFF) - 2147483648
+            carry = (s - d) >> 32
+            u = u * 2.3283064365386963e-10 + d.to(tl.float64)  # 2^-32
+        # u counts units of digit 8 (2^(256 - 149) = 2^107); the carry is one digit above it.
+        total = (u + carry.to(tl.float64) * 4294967296.0) * 1.6225927682921336e+32
+        poisoned = (tl.load(row + 9 * WSTRIDE, mask=fin, other=0, volatile=True) >> 16) > 0
         res = tl.where(poisoned, float("nan"), total.to(tl.float32))
         tl.store(out_ptr + j, res, mask=fin)
-        tl.store(words, tl.zeros([32, 4], dtype=tl.int64), mask=fin[:, None])
+        tl.store(words, tl.zeros([32, 16], dtype=tl.int64), mask=fin[:, None] & (w < 10))
 
 
 @triton.jit
@@ -263,15 +296,22 @@ def _sum_rows(src_ptr, out_ptr, n_rows, RB: tl.constexpr):
 
 
 PARAMS = (
-    Param("BLOCK_P", (8, 16, 32, 64, 128, 256), 16, "patches per tile"),
+    Param("BLOCK_P", (8, 16, 32, 64, 128, 256, 512), 16, "patches per tile"),
     Param("TILES", (1, 2, 4, 8, 16, 32, 64), 1, "tiles each program folds before the cross-program sum "
           "(with REDUCE=fixed, more when the grid would pass 32767 programs)",
-          requires={"REDUCE": ("ticket", "ticket2", "fixed")}),
+          requires={"REDUCE": ("ticket", "ticket2", "fixed"), "GRID": ("tiles",)}),
     Param("REDUCE", ("ticket", "ticket2", "fixed", "single"), "fixed",
           "cross-program reduction: the last-arriving program sums the partials in order, the same "
           "in two levels (groups of 32 programs, then the groups), fixed-point integer atomics whose "
-          "last adder writes each output (NaN where a program's partial passes 2^43), or one "
-          "program does all"),
+          "last adder writes each output (exact over the float32 range), or one program does all"),
+    Param("SLOTS", ("line", "spread"), "line",
+          "fixed sum's words: an output's ten in one 128-byte line, or each word in its own line "
+          "(fewer atomics queue at one L2 slice)", requires={"REDUCE": ("fixed",)}),
+    Param("GRID", ("tiles", "persistent"), "tiles",
+          "TILES consecutive tiles per program, or PROGRAMS_PER_SM programs per multiprocessor "
+          "striding over all tiles", requires={"REDUCE": ("ticket", "ticket2", "fixed")}),
+    Param("PROGRAMS_PER_SM", (1, 2, 3, 4, 6, 8, 16), 4, "persistent grid size per multiprocessor",
+          requires={"REDUCE": ("ticket", "ticket2", "fixed"), "GRID": ("persistent",)}),
     Param("COLS", ("pad128", "quarters", "split64"), "quarters",
           "tiling of the 72 columns: padded to 128, four 18-column quarters padded to 32, or 64 + 8"),
     Param("TRIG", TRIG_CHOICES, "approx_rr", "sin/cos implementation"),
@@ -315,7 +355,8 @@ def _workspace(device: torch.device, rows: int,
         if got is None:
             got = (torch.empty((max(rows, 1024), 32), dtype=torch.float32, device=device),
                    torch.zeros(32 * counters, dtype=torch.int32, device=device),
-                   torch.zeros(QUARTER * FIXED_STRIDE, dtype=torch.int64, device=device))
+                   torch.zeros(FIXED_WORDS * QUARTER * FIXED_STRIDE, dtype=torch.int64,
+                               device=device))
         ws, counter, slots = got
         if ws.shape[0] < rows:
             ws = torch.empty((max(rows, 2 * ws.shape[0]), 32), dtype=torch.float32, device=device)
@@ -333,9 +374,13 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
     P = emb.shape[0]
     bp = config["BLOCK_P"]
     n_tiles = triton.cdiv(P, bp)
+    persistent = config["REDUCE"] != "single" and config.get("GRID") == "persistent"
     if config["REDUCE"] == "single":
         tiles = n_tiles
         n_prog = 1
+    elif persistent:
+        tiles = 1
+        n_prog = min(n_tiles, num_programs_hint(emb.device) * config["PROGRAMS_PER_SM"])
     else:
         tiles = config["TILES"]
         if config["REDUCE"] == "fixed":
@@ -356,7 +401,8 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, slots, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
         TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb, PIPELINE=config["PIPELINE"], GROUP=GROUP,
-        SLOT_STRIDE=FIXED_STRIDE,
+        SLOT_STRIDE=FIXED_STRIDE, PERSISTENT=persistent,
+        WORD_STRIDE=QUARTER * FIXED_STRIDE if config.get("SLOTS") == "spread" else 1,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     return (grad,)
@@ -393,10 +439,11 @@ def real_inv_freq(device: torch.device | str = "cpu") -> torch.Tensor:
 
 def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benchmark",
                 device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
-    """The benchmark's draw (standard normal, uniform positions) or a realistic RoPE table."""
+    """The benchmark's draw (standard normal, uniform positions), a realistic RoPE table, or
+    `long`: a realistic table with positions up to MAX_POSITION (the domain's largest angles)."""
     device = torch.device(device) if device is not None else default_device()
     P = int(axes["total_patches"])
-    G = _grid_size(axes)
+    G = MAX_POSITION if distribution == "long" else _grid_size(axes)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     grad_cos = torch.randn(P, HEAD_DIM, generator=gen)
     grad_sin = torch.randn(P, HEAD_DIM, generator=gen)
@@ -404,13 +451,14 @@ def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benc
     if distribution == "benchmark":
         inv_freq = torch.randn(QUARTER, generator=gen)
         emb = torch.randn(P, HEAD_DIM, generator=gen)
-    elif distribution == "realistic":
+    elif distribution in ("realistic", "long"):
         f = real_inv_freq()
         rot = torch.cat([pos_ids[:, :1].double() * f, pos_ids[:, 1:].double() * f], dim=1)
         emb = torch.cat([rot, rot], dim=1).float()
         inv_freq = f.float()
     else:
-        raise ValueError(f"distribution: expected 'benchmark' or 'realistic', got {distribution!r}")
+        raise ValueError("distribution: expected 'benchmark', 'realistic' or 'long', "
+                         f"got {distribution!r}")
     return tuple(t.to(device).contiguous() for t in (grad_cos, grad_sin, pos_ids, inv_freq, emb))
 
 
@@ -464,4 +512,8 @@ KERNEL = KernelDef(
     rules=_rules,
     off_case=OFF_CASE,
     triton_kernels=(_rope_gen_bwd_kernel,),
+    domain=InputDomain(
+        scale_groups=(("grad_cos", "grad_sin"),), edge=("long",),
+        notes="grad_cos and grad_sin scaled by 1e-30 .. 1e30; RoPE tables with grid positions "
+              f"up to {MAX_POSITION}"),
 )

@@ -3,7 +3,7 @@
 A Triton candidate may hang, segfault or poison the CUDA context (illegal access), so trials run
 in a long-lived child (spawn context); the child is killed and replaced when a trial exceeds its
 timeout or the child dies. The pipeline in the child is: validate -> compile (first launch, timed)
--> check on both input distributions -> measure with the benchmark's protocol.
+-> check over the kernel's input domain (kernels.check) -> measure with the benchmark's protocol.
 
 Compile-ahead: on a GPU, a pool of processes compiles upcoming configs with Triton's launches
 turned into warmups (compile, no launch); Triton's on-disk cache then makes the child's first

@@ -116,24 +116,35 @@ def test_default_correct_on_odd_shapes(kdef, small_axes):
         assert res.max_error < kdef.rtol_for(axes)
 
 
+def _plain_and_extremes(kdef):
+    """The plain draws, the domain's extreme magnitudes and its edges: the whole domain on every
+    sampled config costs minutes under the interpreter (test_domain covers the rest)."""
+    scales = [d.scale for d in kdef.domain.draws() if d.scaled]
+    return [d for d in kdef.domain.draws()
+            if not d.scaled or d.scale in (min(scales), max(scales))]
+
+
 def test_sampled_configs_correct(kdef, small_axes, sample_configs):
-    """Every parameter value and a random sample, on an odd shape, both input draws."""
+    """Every parameter value and a random sample, on an odd shape, the plain draws and the
+    domain's extremes."""
     axes = small_axes[1]
     cfgs = sample_configs(kdef, n=6, seed=11)
     listed = len(kdef.space) if isinstance(kdef.space, (list, tuple)) else None
     assert len(cfgs) >= (listed or sum(len(p.choices) for p in kdef.params) // 2)
     bad = []
     for cfg in cfgs:
-        res = check_config(kdef, axes, cfg, seed=3)
+        res = check_config(kdef, axes, cfg, seed=3, draws=_plain_and_extremes(kdef))
         if not res.ok:
             bad.append((cfg, res.detail))
     assert not bad, bad
 
 
 def test_suite_case_shape_correct(kdef):
-    """The smallest suite case at its real size, default config."""
+    """The smallest suite case at its real size, default config, the plain draws (the shape is
+    the point here; the domain is checked on the odd shapes)."""
     c = min(kdef.cases, key=lambda c: kdef.bytes_moved(c.axes))
-    res = check_config(kdef, c.axes, kdef.default_config, seed=5)
+    res = check_config(kdef, c.axes, kdef.default_config, seed=5,
+                       distributions=kdef.domain.distributions)
     assert res.ok, res.detail
 
 

@@ -54,14 +54,23 @@ def test_issue_dimensions_are_present():
             "num_stages"} <= set(a.names)
     assert {"ROWS", "HEADS", "BLOCK_D", "GRID", "PROGRAMS_PER_SM", "CACHE", "TRIG",
             "num_warps", "num_stages"} <= set(b.names)
-    assert a.param("TILES").requires == {"REDUCE": ("ticket", "ticket2", "fixed")}
+    assert a.param("TILES").requires == {"REDUCE": ("ticket", "ticket2", "fixed"), "GRID": ("tiles",)}
+    assert a.param("PROGRAMS_PER_SM").requires["GRID"] == ("persistent",)
     assert b.param("PROGRAMS_PER_SM").requires == {"GRID": ("persistent",)}
-    assert a.param("BLOCK_P").choices == (8, 16, 32, 64, 128, 256)  # expanded from a pow2 range
+    assert a.param("BLOCK_P").choices == (8, 16, 32, 64, 128, 256, 512)  # expanded from a pow2 range
+
+
+def test_spaces_leave_out_what_the_domain_always_rejects():
+    """Unreduced fast sin/cos fails the domain's largest angles on the GPU: never searched."""
+    for name in NAMES:
+        space = get_space(name)
+        assert "approx" not in space.param("TRIG").choices
+        assert all(cfg.get("TRIG") != "approx" for cfg, _ in space.seeds)
 
 
 def test_constraints_reject_with_their_message():
     a = get_space("vision_rope_generation_bwd")
-    bad = {"BLOCK_P": 256, "REDUCE": "ticket", "TILES": 4, "COLS": "quarters", "TRIG": "precise",
+    bad = {"BLOCK_P": 256, "REDUCE": "ticket", "GRID": "tiles", "TILES": 4, "COLS": "quarters", "TRIG": "precise",
            "num_warps": 1, "num_stages": 1}
     msg = a.violation(bad)
     assert msg and "registers" in msg

@@ -1,0 +1,116 @@
+"""The built-in kernels' input domains, the gate's tolerance, and A's exact fixed-point sum."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kernelsearch.kernels.check import check_config, rel_error
+from kernelsearch.kernels.spec import Draw
+from kernelsearch.kernels.vision_rope_generation_bwd import KERNEL as A
+
+from conftest import gpu
+
+SCALES = (1e-30, 1e-25, 1e-20, 1e-14, 1e-10, 1e-5, 1.0, 1e5, 1e10, 1e12, 1e20, 1e25, 1e30)
+BENCH = [Draw("benchmark", "benchmark")]
+
+
+def _small(kdef):
+    return {"seq_len": 3} if kdef.name.endswith("merge_bwd") else {"total_patches": 37}
+
+
+def test_domain_declares_magnitudes_and_the_largest_angles(kdef):
+    draws = kdef.domain.draws()
+    scales = [d.scale for d in draws if d.scaled]
+    assert min(scales) <= 1e-30 and max(scales) >= 1e30
+    assert {n for d in draws for n in d.scaled} <= set(kdef.input_names)
+    assert "long" in {d.name for d in draws}
+    axes = {name: 64 for name in _small(kdef)}
+    emb = kdef.make_inputs(axes, seed=1, distribution="long", device="cpu")[-1]
+    assert emb.abs().max().item() >= 1e5  # positions up to at least 1e5 (angles in radians)
+
+
+def test_the_kernels_tolerance_is_what_rejects_a_slightly_wrong_result(kdef):
+    """Pins rtol: a result off by 1.3e-4 (unreduced fast sine at 1e4 rad, measured on the H200)
+    fails the gate as declared; the same gate ten times looser lets it through."""
+    real = kdef.launch
+
+    def off(*inputs, config, out=None):
+        outs = real(*inputs, config=config, out=out)
+        for o in outs:
+            o.mul_(1 + 1.3e-4)
+        return outs
+
+    wrong = dataclasses.replace(kdef, launch=off)
+    axes = _small(kdef)
+    assert check_config(kdef, axes, kdef.default_config, seed=1, draws=BENCH).ok
+    assert not check_config(wrong, axes, kdef.default_config, seed=1, draws=BENCH).ok
+    loose = dataclasses.replace(wrong, rtol=kdef.rtol * 10)
+    assert check_config(loose, axes, kdef.default_config, seed=1, draws=BENCH).ok
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_unreduced_fast_trig_is_rejected_on_the_largest_angles(kdef):
+    """On the GPU `approx` is the hardware's sin.approx/cos.approx: the domain's largest angles
+    reject it, while `approx_rr` and `precise` pass the same draw."""
+    axes = {"seq_len": 1024} if "seq_len" in _small(kdef) else {"total_patches": 12288}
+    long = [Draw("long", "long")]
+    res = check_config(kdef, axes, {"TRIG": "approx"}, seed=1, draws=long)
+    assert not res.ok and "long" in res.detail, res.errors
+    for trig in ("approx_rr", "precise"):
+        ok = check_config(kdef, axes, {"TRIG": trig}, seed=1, draws=long)
+        assert ok.ok, (trig, ok.detail)
+
+
+A_CONFIGS = [
+    {"REDUCE": "fixed", "BLOCK_P": 8, "num_warps": 2},                       # 38 programs
+    {"REDUCE": "fixed", "BLOCK_P": 16, "TILES": 2, "COLS": "split64", "PIPELINE": "prefetch"},
+    {"REDUCE": "fixed", "BLOCK_P": 8, "GRID": "persistent", "PROGRAMS_PER_SM": 2,
+     "SLOTS": "spread"},
+    {"REDUCE": "fixed", "BLOCK_P": 32, "COLS": "pad128", "GRID": "persistent",
+     "PROGRAMS_PER_SM": 1, "PIPELINE": "prefetch"},
+]
+
+
+@pytest.mark.parametrize("cfg", A_CONFIGS, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_a_fixed_sum_is_right_and_bit_identical_across_the_float32_range(cfg):
+    """Gradients scaled from 1e-30 to 1e30 (where a fixed binary point gave zeros, errors of
+    3e-4 at 1e-14, and NaN from 1e10): float64 within rtol, the same bits twice."""
+    cfg = A.validate_config(cfg)
+    base = A.make_inputs({"total_patches": 300}, seed=11, device="cpu")
+    for s in SCALES:
+        x = (base[0] * s, base[1] * s) + base[2:]
+        (ref,) = A.reference(*x)
+        first = A(*x, config=cfg)
+        assert rel_error(first, ref) <= A.rtol, (s, rel_error(first, ref))
+        assert torch.equal(A(*x, config=cfg), first), s
+
+
+def test_a_fixed_sum_is_exact_across_programs_where_a_float32_sum_is_not():
+    """Two programs' partials of 1e10 that cancel, at opposite ends of the grid: an ordered
+    float32 sum loses everything between them, the integer sum keeps it."""
+    gc, gs, pos, inv, emb = (t.clone() for t in A.make_inputs({"total_patches": 160}, seed=2,
+                                                               device="cpu"))
+    for t in (gc, gs):
+        t[:8] *= 1e10
+        t[-8:] = -t[:8]
+    emb[-8:], pos[-8:] = emb[:8], pos[:8]
+    x = (gc, gs, pos, inv, emb)
+    (ref,) = A.reference(*x)
+    fixed = A(*x, config={"REDUCE": "fixed", "BLOCK_P": 8})
+    ticket = A(*x, config={"REDUCE": "ticket", "BLOCK_P": 8})
+    assert rel_error(fixed, ref) <= A.rtol
+    assert rel_error(ticket, ref) > 100 * A.rtol  # what the exact sum buys
+
+
+def test_a_fixed_sum_words_are_clean_after_a_persistent_launch():
+    """A later call on another grid (another program count) still completes every output."""
+    big = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 8, "GRID": "persistent",
+                             "PROGRAMS_PER_SM": 3})
+    small = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 16})
+    spread = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 16, "SLOTS": "spread"})
+    for P, cfg in ((200, big), (37, small), (200, spread), (200, small), (5, big), (37, spread)):
+        res = check_config(A, {"total_patches": P}, cfg, seed=P, draws=BENCH)
+        assert res.ok, (P, res.detail)

@@ -16,6 +16,14 @@ SCALES = (1e-30, 1e-25, 1e-20, 1e-14, 1e-10, 1e-5, 1.0, 1e5, 1e10, 1e12, 1e20, 1
 BENCH = [Draw("benchmark", "benchmark")]
 
 
+@pytest.fixture(params=["vision_rope_generation_bwd", "vision_rope3d_spatial_merge_bwd"])
+def kdef(request):
+    """The RoPE kernels: their domains hold the magnitudes and the largest angles."""
+    from kernelsearch.kernels import get_kernel
+
+    return get_kernel(request.param)
+
+
 def _small(kdef):
     return {"seq_len": 3} if kdef.name.endswith("merge_bwd") else {"total_patches": 37}
 

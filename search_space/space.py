@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import optuna
 
@@ -362,6 +362,39 @@ def _choices(kernel: str, p: Mapping[str, Any]) -> tuple[Any, ...]:
     raise SpaceError(f"space {kernel}: {p['name']!r} needs 'choices' or 'range'")
 
 
+class ListedSpace(SearchSpace):
+    """A space given as a list of configs (a `@kernelsearch.autotune` decorator's): its grid is
+    that list, in its order, and the kernel's own rules reject every other combination."""
+
+    def __init__(self, kernel: KernelDef, configs: Sequence[Mapping[str, Any]]):
+        if not configs:
+            raise SpaceError(f"space {kernel.name}: no configs listed")
+        try:
+            self.listed = [kernel.validate_config(c) for c in configs]
+        except InvalidConfig as exc:
+            raise SpaceError(f"space {kernel.name}: {exc}") from None
+        super().__init__(kernel, tuple(SpaceParam(p.name, p.choices) for p in kernel.params),
+                         description="the decorator's configs")
+
+    def grid(self) -> list[dict[str, Any]]:
+        return [dict(c) for c in self.listed]
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "configs": self.grid()}
+
+
+def case_space(kernel: str, axes: Mapping[str, int],
+               whole: Callable[[str], SearchSpace] | None = None) -> SearchSpace:
+    """The space one case is tuned in: the kernel's (`whole`, default `get_space`), or for a
+    kernel that lists its configs per case (a decorator's, after its pruning for the case's
+    inputs) that list."""
+    kdef = get_kernel(kernel)
+    per_case = getattr(kdef, "configs_for_case", None)
+    if per_case is None:
+        return (whole or get_space)(kernel)
+    return ListedSpace(kdef, per_case(axes))
+
+
 def space_path(kernel: str) -> Path:
     return Path(__file__).resolve().parent / "spaces" / f"{kernel}.toml"
 
@@ -375,6 +408,10 @@ def get_space(kernel: str) -> SearchSpace:
 def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     """The search space of a kernel, from the packaged TOML file (or `path`)."""
     p = Path(path) if path is not None else space_path(kernel)
+    if path is None and not p.is_file():
+        listed = getattr(get_kernel(kernel), "space_configs", None)
+        if listed:
+            return ListedSpace(get_kernel(kernel), listed)
     if not p.is_file():
         raise SpaceError(f"no search space for kernel {kernel!r} (looked for {p})")
     with p.open("rb") as f:
@@ -389,5 +426,5 @@ def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     return SearchSpace.from_dict(doc, kdef)
 
 
-__all__ = ["get_space", "SearchSpace", "SpaceParam", "Constraint", "SpaceError", "load_space", "space_path",
-           "IDX_SUFFIX"]
+__all__ = ["get_space", "case_space", "ListedSpace", "SearchSpace", "SpaceParam", "Constraint",
+           "SpaceError", "load_space", "space_path", "IDX_SUFFIX"]

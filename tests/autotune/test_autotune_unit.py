@@ -1,0 +1,122 @@
+"""@kernelsearch.autotune in one process: Triton's Autotuner surface, the correctness gate of a
+decorated kernel, the fallbacks, and the lookup chain's order (memory, store, nearest)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+from ks_at_helpers import KERNEL, accumulate, accumulate_kernel
+
+from kernelsearch.kernels import get_kernel
+from kernelsearch.kernels.check import check_config
+from kernelsearch.kernels.device import INTERPRETER_DEVICE
+from kernelsearch.service import autotune as at
+from kernelsearch.service.autotune import Source
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    for k in ("KS_SERVICE_URL", "KS_AUTOTUNE_FALLBACK", "KS_AUTOTUNE_SYNC"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
+    at.BACKENDS.reset()
+    accumulate_kernel.forget()
+
+
+def test_behaves_like_tritons_autotuner() -> None:
+    assert isinstance(accumulate_kernel, triton.runtime.autotuner.Autotuner)
+    assert [c.kwargs["BLOCK"] for c in accumulate_kernel.configs] == [32, 64, 32]
+    assert accumulate_kernel.fn.__name__ == "accumulate_kernel"
+    x = torch.randn(100)
+    out = accumulate(x.clone())
+    torch.testing.assert_close(out, 2 * x)
+    assert accumulate_kernel.best_config is accumulate_kernel.configs[0]
+    assert list(accumulate_kernel.cache.values()) == [accumulate_kernel.configs[0]]
+    assert list(accumulate_kernel.sources.values()) == [Source.FIRST]
+
+
+def test_registered_with_the_decorators_configs_as_its_space() -> None:
+    k = get_kernel("ks_test_accumulate")
+    assert k is KERNEL
+    assert [c["BLOCK"] for c in k.space_configs] == [32, 64, 32]
+    assert k.launch.__module__ == "ks_at_helpers"
+    from kernelsearch.search_space.space import case_space
+
+    assert case_space(k.name, {"n": 100}).grid() == [k.validate_config(c) for c in k.space_configs]
+
+
+def test_gate_compares_with_the_first_config_and_honours_restore_value() -> None:
+    """Every config doubles x in place; restore_value puts it back, so no config is blamed for
+    modifying its input. The WRONG config differs from the first config's outputs."""
+    ok, ok2, wrong = KERNEL.space_configs
+    assert check_config(KERNEL, {"n": 100}, ok).ok
+    assert check_config(KERNEL, {"n": 100}, ok2).ok
+    res = check_config(KERNEL, {"n": 100}, wrong)
+    assert not res.ok and "relative error" in res.detail
+
+
+def test_fallback_tune_benchmarks_here_and_stores_the_record(at_store, monkeypatch) -> None:
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "tune")
+    x = torch.randn(100)
+    out = accumulate(x.clone())
+    torch.testing.assert_close(out, 2 * x)
+    (source,) = accumulate_kernel.sources.values()
+    assert source is Source.TUNED_HERE
+    assert set(accumulate_kernel.configs_timings) == set(accumulate_kernel.configs)
+    recs = at_store.list_records("ks_test_accumulate", INTERPRETER_DEVICE)
+    assert [r.axes for r in recs] == [{"n": 100}]
+    assert recs[0].config == at.config_dict(accumulate_kernel.best_config)
+
+    # A new process (here: a forgotten memory) finds the record in the local store.
+    accumulate_kernel.forget()
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
+    accumulate(x.clone())
+    assert list(accumulate_kernel.sources.values()) == [Source.STORE]
+
+
+def test_nearest_record_before_the_fallback(at_store, monkeypatch) -> None:
+    from svc_like import put_record
+
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    second = KERNEL.space_configs[1]
+    put_record(at_store, KERNEL, {"n": 4096}, second)
+    accumulate(torch.randn(100))
+    (source,) = accumulate_kernel.sources.values()
+    assert source is Source.NEAREST
+    assert at.config_dict(accumulate_kernel.best_config) == second
+    # The miss queued one grid job over the pruned configs for the exact key.
+    (job,) = at_store.list_jobs()
+    assert (job.kernel, job.cases, job.sampler, job.n_trials) == \
+        ("ks_test_accumulate", [{"n": 100}], "grid", 3)
+
+
+def test_a_record_of_other_meta_parameters_is_not_used(at_store, monkeypatch) -> None:
+    from svc_like import put_record
+
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    put_record(at_store, KERNEL, {"n": 100}, {"BLOCK": 32, "num_warps": 4, "num_stages": 3})
+    x = torch.randn(100)
+    torch.testing.assert_close(accumulate(x.clone()), 2 * x)
+    assert list(accumulate_kernel.sources.values()) == [Source.FIRST]
+
+
+def test_using_runs_the_given_config() -> None:
+    cfg = KERNEL.space_configs[2]
+    x = torch.randn(50)
+    with accumulate_kernel.using(cfg):
+        out = accumulate(x.clone())
+    torch.testing.assert_close(out, 2 * x + 1)
+    assert accumulate_kernel.sources == {}  # a forced call resolves nothing
+    with pytest.raises(ValueError, match="meta-parameters"):
+        accumulate_kernel.using({"BLOCK": 32})
+
+
+def test_options_reject_bad_values_with_a_warning(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "sometimes")
+    monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "soon")
+    opts = at.Options.from_env()
+    assert opts.fallback is at.Fallback.FIRST and opts.timeout_s == 0.25
+    assert "KS_AUTOTUNE_FALLBACK" in caplog.text and "KS_AUTOTUNE_TIMEOUT_S" in caplog.text

@@ -401,6 +401,8 @@ class Autotuner(TritonAutotuner):
     # -- resolving a new key -----------------------------------------------------------------
     def _resolve(self, key: tuple, named: dict[str, Any], args: tuple, kwargs: dict) -> Resolution:
         opts = Options.from_env()
+        if self.kernel_def is None:
+            _load_declarations()
         case = self.case_key(named)
         dist = _distributed() if opts.sync is Sync.BROADCAST else None
         if dist is not None and dist.get_rank() != 0:
@@ -586,6 +588,24 @@ class _Using:
             d.pop(id(self.tuner), None)
         else:
             d[id(self.tuner)] = self._prev
+
+
+_declarations_loaded = False
+
+
+def _load_declarations() -> None:
+    """Once per process: load the registry's plugins, whose import declares (and so binds) a
+    kernel whose declaration lives in a module the program did not import itself."""
+    global _declarations_loaded
+    if _declarations_loaded:
+        return
+    _declarations_loaded = True
+    try:
+        from kernelsearch.kernels.registry import load_plugins
+
+        load_plugins()
+    except Exception as exc:  # a broken plugin must not fail the call
+        log.warning("loading kernel plugins failed: %s", exc)
 
 
 def _wallclock_bench(kernel_call: Callable[[], Any], quantiles: Sequence[float] = (0.5, 0.2, 0.8),

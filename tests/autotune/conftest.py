@@ -48,3 +48,7 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
+
+
+# The service tests' helpers (a live uvicorn server, test settings): one definition of each.
+sys.path.insert(0, str(REPO / "tests" / "service"))

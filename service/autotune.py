@@ -172,13 +172,19 @@ class Backends:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._ensure_lock = threading.Lock()
         self._store: Any = None
         self._client: Any = None
         self._made_for: tuple | None = None
         self._down_until = 0.0
         self._submitted: set[CaseKey] = set()
+        self._snapshots: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
 
     def _ensure(self) -> None:
+        with self._ensure_lock:
+            self._ensure_locked()
+
+    def _ensure_locked(self) -> None:
         from .settings import Settings
 
         settings = Settings()
@@ -186,7 +192,6 @@ class Backends:
         with self._lock:
             if sig == self._made_for:
                 return
-            self._made_for = sig
             self._down_until = 0.0
         from .provider import _local_store
 
@@ -198,7 +203,19 @@ class Backends:
             token = settings.api_token.get_secret_value() if settings.api_token else None
             client = Client(settings.service_url, token=token, timeout=settings.provider_timeout_s)
         with self._lock:
+            old = self._client
             self._store, self._client = store, client
+            self._made_for = sig
+        if old is not None:
+            old.close()
+
+    def prepare(self) -> None:
+        """Import the client and settings and open the store ahead of the first lookup (a
+        declaration calls this in the background), so the first call's wait is one request."""
+        try:
+            self._ensure()
+        except Exception as exc:
+            log.warning("kernelsearch lookups not prepared: %s", exc)
 
     def reset(self) -> None:
         """Forget connections and the service's down state (tests; a changed environment)."""
@@ -206,6 +223,7 @@ class Backends:
             self._made_for = None
             self._down_until = 0.0
             self._submitted.clear()
+            self._snapshots.clear()
             self._store = self._client = None
 
     def _service_up(self) -> bool:
@@ -216,8 +234,24 @@ class Backends:
         with self._lock:
             self._down_until = time.monotonic() + retry_s
 
-    def lookup(self, key: CaseKey, work: int, opts: Options) -> Found | None:
-        """Store exact, service exact, then the nearest either knows; None when neither has one."""
+    def _snapshot(self, key: CaseKey) -> dict[tuple, dict[str, Any]]:
+        """Every current record of the kernel on this device, fetched once per process: a
+        program's other shapes are then answered without a request each."""
+        sk = (key.kernel, key.device)
+        with self._lock:
+            got = self._snapshots.get(sk)
+        if got is not None:
+            return got
+        records = self._client.records(kernel=key.kernel, device=key.device)
+        snap = {tuple(sorted(r["case"].items())): dict(r["config"]) for r in records
+                if isinstance(r.get("case"), dict) and isinstance(r.get("config"), dict)}
+        with self._lock:
+            self._snapshots[sk] = snap
+        return snap
+
+    def lookup(self, key: CaseKey, work: int, opts: Options, fresh: bool = False) -> Found | None:
+        """Store exact, service exact, then the nearest either knows; None when neither has one.
+        `fresh`: ask the service itself, not this process's snapshot of its records."""
         self._ensure()
         nearest: Found | None = None
         if self._store is not None:
@@ -236,6 +270,10 @@ class Backends:
             from .client import ClientError
 
             try:
+                if not fresh:
+                    cfg = self._snapshot(key).get(key.axes)
+                    if cfg is not None:
+                        return Found(cfg, "exact", Source.SERVICE)
                 got = self._client.best(key.kernel, key.device, **key.axes_dict)
             except ClientError as exc:
                 if not 0 < exc.status < 500:
@@ -478,7 +516,7 @@ class Autotuner(TritonAutotuner):
             return
         res.pending = True
         work = self._work(case)
-        fut = _in_background(lambda: BACKENDS.lookup(case, work, opts))
+        fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True))
         fut.add_done_callback(lambda f: self._adopt(key, f, opts))
 
     def _fallback(self, opts: Options, case: CaseKey | None, args: tuple, kwargs: dict) -> Resolution:
@@ -538,6 +576,7 @@ class Autotuner(TritonAutotuner):
                 raise
             self.post_hook(full, exception=None)
             self.best_config = config
+            self.last_launch = ret
             return ret
         finally:
             self.nargs = None
@@ -836,6 +875,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
     def kd_launch(*inputs: Any, config: Mapping[str, Any], out: Sequence[Any] | None = None) -> tuple:
         with tuner.using(config):
             got = launch(*inputs)
+        kdef.last_compiled = getattr(tuner, "last_launch", None)
         outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
         if out is not None:
             for o, g in zip(out, outs):
@@ -875,6 +915,8 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
         dtypes=dict(dtypes or {}), flops=flops, user_launch=launch)
     tuner.kernel_name = kname
     tuner.kernel_def = kdef
+    if os.environ.get("KS_AUTOTUNE_PREPARE", "1") not in ("0", "false", "no"):
+        _in_background(BACKENDS.prepare)
     if register:
         from kernelsearch.kernels.registry import register as reg
 

@@ -72,7 +72,8 @@ def test_miss_queues_a_job_a_worker_tunes_and_the_service_serves(example_install
                                                                  tmp_path) -> None:
     settings = settings_for(at_store.url)
     with LiveServer(create_app(settings, store=at_store)) as server:
-        env = child_env(KS_SERVICE_URL=server.url, KS_AUTOTUNE_RECHECK_S="0.2",
+        # A generous wait: this test is about the answer, the timeout tests are below.
+        env = child_env(KS_SERVICE_URL=server.url, KS_AUTOTUNE_RECHECK_S="0.2", KS_AUTOTUNE_TIMEOUT_S="10",
                         KS_DATABASE_URL=f"sqlite:///{tmp_path / 'none.db'}")
         user = _user(SHAPE, env, wait=True)
         try:

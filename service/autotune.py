@@ -457,6 +457,9 @@ class Autotuner(TritonAutotuner):
     def _lookup(self, key: tuple, case: CaseKey, opts: Options, kwargs: dict) -> Resolution | None:
         n_trials = len(self.prune_configs(kwargs))
         work = self._work(case)
+        # Imports and clients are local work, bounded whatever the service does: done here, so
+        # that the hard timeout below is spent on the lookup itself.
+        BACKENDS.prepare()
 
         def task() -> Found | None:
             found = BACKENDS.lookup(case, work, opts)
@@ -468,8 +471,10 @@ class Autotuner(TritonAutotuner):
         try:
             found = fut.result(timeout=opts.timeout_s)
         except FutureTimeout:
-            # Too slow for this call: whatever it finds later is adopted by a later call.
-            fut.add_done_callback(lambda f: self._adopt(key, f, opts))
+            # Too slow for this call: whatever it finds later is adopted by a later call (unless
+            # keys are pinned to their first answer, KS_AUTOTUNE_RECHECK_S=0).
+            if opts.recheck_s > 0:
+                fut.add_done_callback(lambda f: self._adopt(key, f, opts))
             return None
         except Exception as exc:
             log.warning("config lookup for %s failed: %s", case.kernel, exc)

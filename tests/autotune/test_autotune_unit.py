@@ -120,3 +120,30 @@ def test_options_reject_bad_values_with_a_warning(monkeypatch, caplog) -> None:
     opts = at.Options.from_env()
     assert opts.fallback is at.Fallback.FIRST and opts.timeout_s == 0.25
     assert "KS_AUTOTUNE_FALLBACK" in caplog.text and "KS_AUTOTUNE_TIMEOUT_S" in caplog.text
+
+
+@pytest.mark.parametrize("sync", ["broadcast", "none"])
+def test_ranks_agree_when_rank0_broadcasts(at_store, tmp_path, sync) -> None:
+    """Rank 0 finds a record in its store, rank 1 finds nothing: with KS_AUTOTUNE_SYNC=broadcast
+    both run rank 0's config; without, rank 1 falls back to the first config."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import HERE, child_env
+    from svc_like import put_record
+
+    second = KERNEL.space_configs[1]
+    put_record(at_store, KERNEL, {"n": 100}, second)
+    env = child_env(KS_AUTOTUNE_SYNC=sync, KS_AUTOTUNE_SUBMIT="0", KS_AUTOTUNE_TIMEOUT_S="10")
+    out = subprocess.run([sys.executable, str(HERE / "at_ranks.py"),
+                          f"file://{tmp_path / 'rdv'}", at_store.url,
+                          f"sqlite:///{tmp_path / 'absent.db'}", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=240, cwd=HERE)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+    assert got[0]["source"] == "store" and got[0]["config"] == second
+    if sync == "broadcast":
+        assert got[1]["config"] == second and got[1]["source"] == "rank0"
+    else:
+        assert got[1]["source"] == "first" and got[1]["config"] != second

@@ -361,6 +361,11 @@ class Resolution:
 
 
 _forced = threading.local()
+_CAPTURE = object()  # forced "config" that stops a call at its launch with its arguments
+
+
+class _Captured(Exception):
+    """Carries a launch's named arguments out of the user's launcher (`named_args_for`)."""
 
 
 class Autotuner(TritonAutotuner):
@@ -529,7 +534,7 @@ class Autotuner(TritonAutotuner):
         if opts.fallback is Fallback.TUNE and len(pruned) > 1:
             config, timings = self._tune_here(pruned, args, kwargs)
             if case is not None and self.kernel_def is not None:
-                BACKENDS.upload(self.kernel_def.record_of(case, config, timings, len(pruned)))
+                self._share(case, config, len(pruned), args)
             return Resolution(config, Source.TUNED_HERE, provisional=False)
         return Resolution(pruned[0], Source.FIRST, provisional=case is not None,
                           next_check=time.monotonic() + opts.recheck_s)
@@ -544,6 +549,27 @@ class Autotuner(TritonAutotuner):
         self.pre_hook({**self.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
         self.configs_timings = timings
         return best, timings
+
+    def _share(self, case: CaseKey, config: Config, n_trials: int, args: tuple) -> None:
+        """Store the config tuned here for everyone, once it passes the same gate and is timed
+        the same way (CUPTI, cold L2) as a worker's; otherwise this process alone uses it."""
+        from kernelsearch.kernels.check import check_config
+        from kernelsearch.kernels.measure import measure_config
+
+        kdef = self.kernel_def
+        cfg = config_dict(config)
+        device = next((a.device for a in args if hasattr(a, "device")), None)
+        try:
+            checked = check_config(kdef, case.axes_dict, cfg, device=device)
+            if not checked.ok:
+                log.warning("%s: the config tuned here fails the correctness gate (%s); not stored",
+                            kdef.name, checked.detail)
+                return
+            timing = measure_config(kdef, case.axes_dict, cfg, device=device)
+        except Exception as exc:
+            log.warning("%s: the config tuned here could not be checked: %s", kdef.name, exc)
+            return
+        BACKENDS.upload(kdef.record_of(case, cfg, timing, checked, n_trials, device))
 
     def _from_rank0(self, dist: Any, res: Resolution | None) -> Resolution:
         """Rank 0's resolution, broadcast: every rank runs the same config for the key."""
@@ -566,7 +592,10 @@ class Autotuner(TritonAutotuner):
             config = made
         return _Using(self, config)
 
-    def _run_forced(self, config: Config, args: tuple, kwargs: dict) -> Any:
+    def _run_forced(self, config: Config | object, args: tuple, kwargs: dict) -> Any:
+        if config is _CAPTURE:
+            raise _Captured({**dict(zip(self.arg_names, args)), **kwargs})
+        outer = self.nargs  # a forced launch may run inside a call's own resolution
         self.nargs = dict(zip(self.arg_names, args))
         current = dict(kwargs, **config.all_kwargs())
         full = {**self.nargs, **current}
@@ -584,7 +613,7 @@ class Autotuner(TritonAutotuner):
             self.last_launch = ret
             return ret
         finally:
-            self.nargs = None
+            self.nargs = outer
 
     # -- the record key of a call ---------------------------------------------------------------
     def case_key(self, named: Mapping[str, Any]) -> CaseKey | None:
@@ -615,10 +644,10 @@ class Autotuner(TritonAutotuner):
 
 
 class _Using:
-    def __init__(self, tuner: Autotuner, config: Config) -> None:
+    def __init__(self, tuner: Autotuner, config: Config | object) -> None:
         self.tuner, self.config = tuner, config
 
-    def __enter__(self) -> Config:
+    def __enter__(self) -> Any:
         d = getattr(_forced, "configs", None)
         if d is None:
             d = _forced.configs = {}
@@ -759,48 +788,31 @@ class DecoratedKernel(KernelDef):
         return out or [dict(c) for c in self.space_configs]
 
     def named_args_for(self, axes: Mapping[str, int]) -> dict[str, Any]:
-        """The Triton kernel's named arguments for a case, captured from one launcher call."""
+        """The Triton kernel's named arguments for a case, captured from one launcher call that
+        stops at the launch."""
         inputs = self.empty_inputs(axes, "cpu")
-        captured: dict[str, Any] = {}
+        with _Using(self.autotuner, _CAPTURE):
+            try:
+                self.user_launch(*inputs)
+            except _Captured as got:
+                return dict(got.args[0])
+        raise RuntimeError(f"{self.name}: the declared launch did not call the kernel")
 
-        class _Captured(Exception):
-            pass
-
-        def capture(*args: Any, **kwargs: Any) -> Any:
-            captured.update(dict(zip(self.autotuner.arg_names, args)), **kwargs)
-            raise _Captured
-
-        original = self.autotuner.run
-        self.autotuner.run = capture  # type: ignore[method-assign]
-        try:
-            self.user_launch(*inputs)
-        except _Captured:
-            pass
-        finally:
-            self.autotuner.run = original  # type: ignore[method-assign]
-        return captured
-
-    def record_of(self, case: CaseKey, config: Config, timings: Mapping[Config, Any],
-                  n_trials: int) -> Any:
-        """A record of a config tuned here by Triton's benchmark (milliseconds at 0.5/0.2/0.8)."""
+    def record_of(self, case: CaseKey, config: Mapping[str, Any], timing: Any, checked: Any,
+                  n_trials: int, device: Any) -> Any:
+        """A record of a config tuned in a user's process: gated and timed as a worker's."""
         from kernelsearch.db.store import RecordIn
         from kernelsearch.kernels.device import device_info, versions
 
-        t = list(timings[config])
-        med, lo, hi = (t + t[:1] * 3)[:3] if len(t) < 3 else t[:3]
         v = versions()
-        import torch
-
-        dev = torch.device("cuda") if case.device != "cpu (triton interpreter)" else torch.device("cpu")
         return RecordIn(
             kernel=self.name, axes=case.axes_dict, work=float(self.bytes_moved(case.axes_dict)),
-            device=case.device, device_info=device_info(dev), torch_version=v["torch"],
-            triton_version=v["triton"], source_hash=self.source_hash, config=config_dict(config),
-            latency_median_us=med * 1e3, latency_min_us=lo * 1e3, latency_max_us=hi * 1e3,
-            latency_iqr_us=max(0.0, (hi - lo) * 1e3),
-            timing_method="triton-do_bench" if dev.type == "cuda" else "interpreter-wallclock",
-            rel_error=0.0, n_trials=n_trials, n_failed=sum(1 for x in timings.values()
-                                                          if x and x[0] == float("inf")))
+            device=case.device, device_info=device_info(device), torch_version=v["torch"],
+            triton_version=v["triton"], source_hash=self.source_hash, config=dict(config),
+            latency_median_us=timing.median_us, latency_min_us=timing.min_us,
+            latency_max_us=timing.max_us, latency_iqr_us=timing.iqr_us,
+            timing_method=timing.method, rel_error=checked.max_error, n_trials=n_trials,
+            study_name="tuned-here")
 
     user_launch: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]
 

@@ -57,24 +57,46 @@ def test_gate_compares_with_the_first_config_and_honours_restore_value() -> None
     assert not res.ok and "relative error" in res.detail
 
 
+def _rank_configs(monkeypatch, fastest: int) -> None:
+    """Triton's benchmark of each config, made to rank `configs[fastest]` first."""
+    def bench(*args, config, **meta):
+        return [1.0 if config is accumulate_kernel.configs[fastest] else 2.0] * 3
+
+    monkeypatch.setattr(accumulate_kernel, "_bench", bench)
+
+
 def test_fallback_tune_benchmarks_here_and_stores_the_record(at_store, monkeypatch) -> None:
     monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "tune")
+    _rank_configs(monkeypatch, 1)
     x = torch.randn(100)
     out = accumulate(x.clone())
     torch.testing.assert_close(out, 2 * x)
     (source,) = accumulate_kernel.sources.values()
     assert source is Source.TUNED_HERE
+    assert accumulate_kernel.best_config is accumulate_kernel.configs[1]
     assert set(accumulate_kernel.configs_timings) == set(accumulate_kernel.configs)
     recs = at_store.list_records("ks_test_accumulate", INTERPRETER_DEVICE)
     assert [r.axes for r in recs] == [{"n": 100}]
-    assert recs[0].config == at.config_dict(accumulate_kernel.best_config)
+    assert recs[0].config == at.config_dict(accumulate_kernel.configs[1])
+    assert recs[0].timing_method == "interpreter-wallclock" and recs[0].study_name == "tuned-here"
 
     # A new process (here: a forgotten memory) finds the record in the local store.
     accumulate_kernel.forget()
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
     accumulate(x.clone())
     assert list(accumulate_kernel.sources.values()) == [Source.STORE]
+
+
+def test_a_config_tuned_here_that_fails_the_gate_is_used_but_not_stored(at_store,
+                                                                       monkeypatch) -> None:
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "tune")
+    _rank_configs(monkeypatch, 2)  # the WRONG config, as triton.autotune would pick it
+    x = torch.randn(100)
+    torch.testing.assert_close(accumulate(x.clone()), 2 * x + 1)
+    assert accumulate_kernel.best_config is accumulate_kernel.configs[2]
+    assert at_store.list_records("ks_test_accumulate", INTERPRETER_DEVICE) == []
 
 
 def test_nearest_record_before_the_fallback(at_store, monkeypatch) -> None:

@@ -37,7 +37,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import triton
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
+from triton.compiler.errors import CompilationError
 from triton.runtime.autotuner import Config
+from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
 from kernelsearch.kernels.spec import Axis, Case, KernelDef, Param
 
@@ -319,20 +321,35 @@ class Backends:
             self._submitted.discard(key)  # nobody took it: try again on a later lookup
 
     def upload(self, record: Any) -> bool:
-        """Write a record tuned in this process to the local store; False when there is none."""
+        """Store a record tuned in this process: through the service, else in the local store;
+        False when neither took it."""
         self._ensure()
-        if self._store is None:
-            return False
-        try:
-            self._store.ensure_device(record.device_info or {"name": record.device})
-            self._store.upsert_best(record)
-            return True
-        except Exception as exc:
-            log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
-            return False
+        if self._service_up():
+            try:
+                self._client.upload_record(_record_json(record))
+                return True
+            except Exception as exc:
+                log.warning("the service did not take the config tuned here for %s: %s",
+                            record.kernel, exc)
+        if self._store is not None:
+            try:
+                self._store.ensure_device(record.device_info or {"name": record.device})
+                self._store.upsert_best(record)
+                return True
+            except Exception as exc:
+                log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
+        return False
 
 
 BACKENDS = Backends()
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    out = asdict(record)
+    out["tuned_at"] = record.tuned_at.isoformat()
+    return out
 
 
 def _in_background(fn: Callable[[], Any]) -> Future:
@@ -361,6 +378,10 @@ class Resolution:
 
 
 _forced = threading.local()
+# What a config that cannot be built raises, before anything runs (under the interpreter, where
+# building is running, its own wrapper of the same checks).
+_BUILD_ERRORS: tuple[type[BaseException], ...] = (OutOfResources, PTXASError, CompilationError,
+                                                  InterpreterError)
 _CAPTURE = object()  # forced "config" that stops a call at its launch with its arguments
 
 
@@ -404,14 +425,26 @@ class Autotuner(TritonAutotuner):
         self.nargs = dict(zip(self.arg_names, args))
         try:
             if len(self.configs) == 1 and self.kernel_def is None:
-                config = self.configs[0]
-            else:
-                key, named = self._key(kwargs)
-                res = self._resolution(key, named, args, kwargs)
-                config = res.config
-                self.cache[key] = config
-            self.best_config = config
-            return self._launch(config, args, kwargs)
+                self.best_config = self.configs[0]
+                return self._launch(self.configs[0], args, kwargs)
+            key, named = self._key(kwargs)
+            res = self._resolution(key, named, args, kwargs)
+            self.cache[key] = self.best_config = res.config
+            try:
+                return self._launch(res.config, args, kwargs)
+            except _BUILD_ERRORS as exc:
+                if res.source in (Source.FIRST, Source.TUNED_HERE):
+                    raise
+                # A record this build cannot compile (another Triton, another GPU's limits): the
+                # call runs the first config instead, and so does every later call of the key.
+                log.warning("%s: the %s config %s does not build here (%s); using the first",
+                            self.kernel_name, res.source.value, res.config, exc)
+                first = self.prune_configs(kwargs)[0]
+                with self._lock:
+                    self._resolved[key] = Resolution(first, Source.FIRST, provisional=False)
+                    self.sources[key] = Source.FIRST
+                    self.cache[key] = self.best_config = first
+                return self._launch(first, args, kwargs)
         finally:
             self.nargs = None
 
@@ -521,7 +554,8 @@ class Autotuner(TritonAutotuner):
         """Look a provisional key up again in the background; the call goes on with what it has."""
         opts = Options.from_env()
         case = self.case_key(named)
-        if case is None or opts.recheck_s <= 0 or _distributed() is not None and opts.sync is Sync.BROADCAST:
+        synced = opts.sync is Sync.BROADCAST and _distributed() is not None
+        if case is None or opts.recheck_s <= 0 or synced:
             res.provisional = False  # pinned: nothing to look up, or ranks must not drift apart
             return
         res.pending = True
@@ -595,7 +629,7 @@ class Autotuner(TritonAutotuner):
     def _run_forced(self, config: Config | object, args: tuple, kwargs: dict) -> Any:
         if config is _CAPTURE:
             raise _Captured({**dict(zip(self.arg_names, args)), **kwargs})
-        outer = self.nargs  # a forced launch may run inside a call's own resolution
+        outer = getattr(self, "nargs", None)  # a forced launch may run inside a call's resolution
         self.nargs = dict(zip(self.arg_names, args))
         current = dict(kwargs, **config.all_kwargs())
         full = {**self.nargs, **current}
@@ -735,7 +769,6 @@ class DecoratedKernel(KernelDef):
     # Arguments of the Triton kernel whose dtypes the declaration covers (others: not looked up).
     dtypes: Mapping[str, Any] = field(default_factory=dict)
     flops: Callable[[Mapping[str, int]], int] | None = None
-    make_named_args: Callable[..., Mapping[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def source_hash(self) -> str:
@@ -749,7 +782,7 @@ class DecoratedKernel(KernelDef):
         if isinstance(key, str):
             return key[:16]
         h = hashlib.sha256()
-        for mod in {self.autotuner.base_fn.__module__, self.launch.__module__}:
+        for mod in sorted({self.autotuner.base_fn.__module__, self.launch.__module__}):
             m = sys.modules.get(mod)
             if m is not None:
                 h.update(inspect.getsource(m).encode())

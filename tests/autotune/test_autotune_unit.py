@@ -125,6 +125,19 @@ def test_a_record_of_other_meta_parameters_is_not_used(at_store, monkeypatch) ->
     assert list(accumulate_kernel.sources.values()) == [Source.FIRST]
 
 
+def test_a_record_that_does_not_build_here_falls_back_to_the_first_config(at_store,
+                                                                          monkeypatch) -> None:
+    from svc_like import put_record
+
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    put_record(at_store, KERNEL, {"n": 100}, {"BLOCK": 48, "WRONG": 0, "num_warps": 4,
+                                              "num_stages": 3})  # arange needs a power of 2
+    x = torch.randn(100)
+    torch.testing.assert_close(accumulate(x.clone()), 2 * x)
+    assert list(accumulate_kernel.sources.values()) == [Source.FIRST]
+    assert accumulate_kernel.best_config is accumulate_kernel.configs[0]
+
+
 def test_using_runs_the_given_config() -> None:
     cfg = KERNEL.space_configs[2]
     x = torch.randn(50)
@@ -169,3 +182,55 @@ def test_ranks_agree_when_rank0_broadcasts(at_store, tmp_path, sync) -> None:
         assert got[1]["config"] == second and got[1]["source"] == "rank0"
     else:
         assert got[1]["source"] == "first" and got[1]["config"] != second
+
+
+def test_tuned_here_goes_to_the_service_when_it_is_the_only_store(at_store, monkeypatch,
+                                                                  tmp_path) -> None:
+    """A host that can reach only the service (its workers cannot import the kernel) uploads
+    the config it tuned; the service stores it and serves it to the next process."""
+    from svc_helpers import LiveServer, settings_for
+
+    from kernelsearch.service.api import create_app
+
+    with LiveServer(create_app(settings_for(at_store.url), store=at_store)) as server:
+        monkeypatch.setenv("KS_SERVICE_URL", server.url)
+        monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "tune")
+        monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "10")
+        _rank_configs(monkeypatch, 1)
+        accumulate(torch.randn(100))
+        (rec,) = at_store.list_records("ks_test_accumulate", INTERPRETER_DEVICE)
+        assert rec.config == at.config_dict(accumulate_kernel.configs[1])
+        assert rec.study_name == "tuned-here"
+
+        accumulate_kernel.forget()
+        at.BACKENDS.reset()
+        monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
+        accumulate(torch.randn(100))
+        assert list(accumulate_kernel.sources.values()) == [Source.SERVICE]
+        assert accumulate_kernel.best_config is accumulate_kernel.configs[1]
+
+
+def test_record_upload_route_rejects_bad_input(at_store) -> None:
+    from fastapi.testclient import TestClient
+    from pydantic import SecretStr
+    from svc_helpers import settings_for
+
+    from kernelsearch.service.api import create_app
+
+    good = {"kernel": "ks_test_accumulate", "axes": {"n": 100}, "work": 800.0,
+            "device": INTERPRETER_DEVICE, "torch_version": "2", "triton_version": "3",
+            "source_hash": "abc", "config": KERNEL.space_configs[0], "latency_median_us": 2.0,
+            "latency_min_us": 1.0, "latency_max_us": 3.0, "latency_iqr_us": 0.5,
+            "timing_method": "interpreter-wallclock", "rel_error": 0.0, "n_trials": 3,
+            "tuned_at": "2026-12-01T10:00:00+00:00"}
+    app = create_app(settings_for(at_store.url, api_token=SecretStr("t")), store=at_store)
+    with TestClient(app) as c:
+        auth = {"Authorization": "Bearer t"}
+        assert c.post("/v1/records", json=good).status_code == 401
+        bad = c.post("/v1/records", json={**good, "latency_min_us": 5.0}, headers=auth)
+        assert bad.status_code == 422 and "latency_min_us" in bad.text
+        unknown = c.post("/v1/records", json={**good, "kernel": "nope"}, headers=auth)
+        assert unknown.status_code == 404 and "unknown kernel" in unknown.text
+        ok = c.post("/v1/records", json=good, headers=auth)
+        assert ok.status_code == 201 and ok.json()["config"] == KERNEL.space_configs[0]
+    assert [r.axes for r in at_store.list_records("ks_test_accumulate")] == [{"n": 100}]

@@ -409,9 +409,13 @@ def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     """The search space of a kernel, from the packaged TOML file (or `path`)."""
     p = Path(path) if path is not None else space_path(kernel)
     if path is None and not p.is_file():
-        listed = getattr(get_kernel(kernel), "space_configs", None)
+        try:
+            kdef = get_kernel(kernel)
+        except KeyError as exc:
+            raise SpaceError(str(exc)) from None
+        listed = getattr(kdef, "space_configs", None)
         if listed:
-            return ListedSpace(get_kernel(kernel), listed)
+            return ListedSpace(kdef, listed)
     if not p.is_file():
         raise SpaceError(f"no search space for kernel {kernel!r} (looked for {p})")
     with p.open("rb") as f:

@@ -365,7 +365,11 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         """Store a record tuned outside the workers (`@kernelsearch.autotune` with
         KS_AUTOTUNE_FALLBACK=tune, on a host whose workers cannot import the kernel); it becomes
         the current record under the same rule as a worker's."""
-        _kernel_or_404(body.kernel)
+        k = _kernel_or_404(body.kernel)
+        try:
+            k.validate_axes(body.axes)
+        except ValueError as exc:
+            raise HTTPException(422, f"axes: {exc}") from None
         rec = body.to_record_in()
         store.ensure_device(rec.device_info or {"name": rec.device})
         view, _ = store.upsert_best(rec)

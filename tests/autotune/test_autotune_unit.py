@@ -229,6 +229,8 @@ def test_record_upload_route_rejects_bad_input(at_store) -> None:
         assert c.post("/v1/records", json=good).status_code == 401
         bad = c.post("/v1/records", json={**good, "latency_min_us": 5.0}, headers=auth)
         assert bad.status_code == 422 and "latency_min_us" in bad.text
+        axes = c.post("/v1/records", json={**good, "axes": {"m": 100}}, headers=auth)
+        assert axes.status_code == 422 and "unknown axis 'm'" in axes.text
         unknown = c.post("/v1/records", json={**good, "kernel": "nope"}, headers=auth)
         assert unknown.status_code == 404 and "unknown kernel" in unknown.text
         ok = c.post("/v1/records", json=good, headers=auth)

@@ -78,7 +78,8 @@ class Sync(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Options:
-    """The KS_AUTOTUNE_* settings, read once per resolved key (cheap next to a kernel launch)."""
+    """The KS_AUTOTUNE_* settings (service/settings.py), read once per resolved key (cheap next to
+    a kernel launch); a bad value is warned about and replaced by its default, never raised."""
 
     fallback: Fallback = Fallback.FIRST
     timeout_s: float = 0.25
@@ -86,37 +87,31 @@ class Options:
     recheck_s: float = 10.0
     sync: Sync = Sync.NONE
     submit_jobs: bool = True
+    prepare: bool = True
 
     @classmethod
     def from_env(cls) -> "Options":
-        def num(name: str, default: float) -> float:
-            raw = os.environ.get(name)
-            if raw is None or raw == "":
-                return default
-            try:
-                v = float(raw)
-            except ValueError:
-                log.warning("%s=%r is not a number; using %g", name, raw, default)
-                return default
-            return v if v >= 0 else default
+        from pydantic import ValidationError
 
-        def choice(name: str, enum_cls: type[enum.Enum], default: enum.Enum) -> Any:
-            raw = os.environ.get(name, "").strip().lower()
-            if not raw:
-                return default
-            try:
-                return enum_cls(raw)
-            except ValueError:
-                log.warning("%s=%r: expected one of %s; using %s", name, raw,
-                            ", ".join(m.value for m in enum_cls), default.value)
-                return default
+        from .settings import Settings
 
-        return cls(fallback=choice("KS_AUTOTUNE_FALLBACK", Fallback, Fallback.FIRST),
-                   timeout_s=num("KS_AUTOTUNE_TIMEOUT_S", 0.25),
-                   retry_s=num("KS_AUTOTUNE_RETRY_S", 30.0),
-                   recheck_s=num("KS_AUTOTUNE_RECHECK_S", 10.0),
-                   sync=choice("KS_AUTOTUNE_SYNC", Sync, Sync.NONE),
-                   submit_jobs=os.environ.get("KS_AUTOTUNE_SUBMIT", "1") not in ("0", "false", "no"))
+        try:
+            st = Settings()
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
+            for name in sorted(bad):
+                log.warning("KS_%s=%r is not accepted (%s); using its default", name.upper(),
+                            os.environ.get(f"KS_{name.upper()}"),
+                            next(e["msg"] for e in exc.errors() if e["loc"][:1] == (name,)))
+            try:
+                st = Settings(**{n: Settings.model_fields[n].default for n in bad
+                                 if n in Settings.model_fields})
+            except ValidationError:
+                return cls()
+        return cls(fallback=Fallback(st.autotune_fallback), timeout_s=st.autotune_timeout_s,
+                   retry_s=st.autotune_retry_s, recheck_s=st.autotune_recheck_s,
+                   sync=Sync(st.autotune_sync), submit_jobs=st.autotune_submit,
+                   prepare=st.autotune_prepare)
 
 
 # -- configs as records hold them -------------------------------------------------------------------
@@ -965,7 +960,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
         dtypes=dict(dtypes or {}), flops=flops, user_launch=launch)
     tuner.kernel_name = kname
     tuner.kernel_def = kdef
-    if os.environ.get("KS_AUTOTUNE_PREPARE", "1") not in ("0", "false", "no"):
+    if Options.from_env().prepare:
         _in_background(BACKENDS.prepare)
     if register:
         from kernelsearch.kernels.registry import register as reg

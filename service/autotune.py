@@ -174,6 +174,9 @@ class Backends:
         self._client: Any = None
         self._made_for: tuple | None = None
         self._down_until = 0.0
+        self._store_down_until = 0.0
+        # Until then, a new key does not wait for its lookup at all (the last one ran out of time).
+        self.slow_until = 0.0
         self._submitted: set[CaseKey] = set()
         self._snapshots: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
 
@@ -218,7 +221,7 @@ class Backends:
         """Forget connections and the service's down state (tests; a changed environment)."""
         with self._lock:
             self._made_for = None
-            self._down_until = 0.0
+            self._down_until = self._store_down_until = self.slow_until = 0.0
             self._submitted.clear()
             self._snapshots.clear()
             self._store = self._client = None
@@ -251,11 +254,14 @@ class Backends:
         `fresh`: ask the service itself, not this process's snapshot of its records."""
         self._ensure()
         nearest: Found | None = None
-        if self._store is not None:
+        if self._store is not None and time.monotonic() >= self._store_down_until:
             try:
                 got = self._store.find_best(key.kernel, key.device, key.axes_dict, work)
             except Exception as exc:  # a database that is down must not fail the call
-                log.warning("local store lookup for %s failed: %s", key.kernel, exc)
+                log.warning("local store lookup for %s failed (%s); not asked again for %g s",
+                            key.kernel, exc, opts.retry_s)
+                with self._lock:
+                    self._store_down_until = time.monotonic() + opts.retry_s
                 got = None
             if got is not None:
                 record, match = got
@@ -501,9 +507,12 @@ class Autotuner(TritonAutotuner):
             return found
 
         fut = _in_background(task)
+        wait = 0.0 if time.monotonic() < BACKENDS.slow_until else opts.timeout_s
         try:
-            found = fut.result(timeout=opts.timeout_s)
+            found = fut.result(timeout=wait)
         except FutureTimeout:
+            if wait > 0:
+                BACKENDS.slow_until = time.monotonic() + opts.retry_s
             # Too slow for this call: whatever it finds later is adopted by a later call (unless
             # keys are pinned to their first answer, KS_AUTOTUNE_RECHECK_S=0).
             if opts.recheck_s > 0:

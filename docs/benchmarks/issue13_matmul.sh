@@ -63,4 +63,4 @@ unset KS_SERVICE_URL
 TRITON_CACHE_DIR=/tmp/ks13/tc_triton timeout 150 $PY latency --out "$D/latency.json" \
   --runs $(ls "$D"/run_triton_cold.json "$D"/run_triton_warm.json "$D"/run_ks_warm.json 2>/dev/null)
 $PY report --dir "$D"
-grep -c '"status": "complete"\|trial' "$D/worker.log" >/dev/null 2>&1; tail -3 "$D/worker.log"
+tail -3 "$D/worker.log"

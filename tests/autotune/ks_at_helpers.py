@@ -47,3 +47,31 @@ KERNEL = accumulate_kernel.declare(
     name="ks_test_accumulate", launch=accumulate, make_inputs=make_inputs, axes=("n",),
     input_names=("x",), output_names=("out",), bytes_moved=lambda a: 8 * int(a["n"]), rtol=1e-6,
     cases=[(100,)])
+
+
+def _small_enough(configs, named_args, **kwargs):
+    """Keep the configs whose block fits the problem (at least one: the smallest)."""
+    keep = [c for c in configs if c.kwargs["BLOCK"] <= named_args["n"]]
+    return keep or [min(configs, key=lambda c: c.kwargs["BLOCK"])]
+
+
+@kernelsearch.autotune(
+    configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 64, 256) for w in (1, 2)],
+    key=["n"], prune_configs_by={"early_config_prune": _small_enough})
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 3, mask=m)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+    return out
+
+
+SCALE = scale_kernel.declare(
+    name="ks_test_pruned_scale", launch=scale, make_inputs=make_inputs, axes=("n",),
+    input_names=("x",), output_names=("out",), bytes_moved=lambda a: 8 * int(a["n"]), rtol=1e-6)

@@ -236,3 +236,21 @@ def test_record_upload_route_rejects_bad_input(at_store) -> None:
         ok = c.post("/v1/records", json=good, headers=auth)
         assert ok.status_code == 201 and ok.json()["config"] == KERNEL.space_configs[0]
     assert [r.axes for r in at_store.list_records("ks_test_accumulate")] == [{"n": 100}]
+
+
+def test_a_cases_space_is_the_configs_the_decorators_pruning_keeps(at_store, monkeypatch) -> None:
+    from ks_at_helpers import SCALE, scale, scale_kernel
+
+    from kernelsearch.search_space.space import case_space
+
+    blocks = lambda n: sorted(c["BLOCK"] for c in case_space(SCALE.name, {"n": n}).grid())  # noqa: E731
+    assert blocks(100) == [16, 16, 64, 64]
+    assert blocks(10) == [16]
+    assert blocks(1000) == [16, 16, 64, 64, 256, 256]
+
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    x = torch.randn(100)
+    torch.testing.assert_close(scale(x), 3 * x)
+    (job,) = at_store.list_jobs()
+    assert (job.kernel, job.cases, job.n_trials) == (SCALE.name, [{"n": 100}], 4)
+    scale_kernel.forget()

@@ -488,7 +488,7 @@ class Autotuner(TritonAutotuner):
         if case is not None:
             res = self._lookup(key, case, opts, kwargs)
         if res is None:
-            res = self._fallback(opts, case, args, kwargs)
+            res = self._fallback(key, opts, case, args, kwargs)
         if dist is not None:
             return self._from_rank0(dist, res)
         return res
@@ -567,26 +567,35 @@ class Autotuner(TritonAutotuner):
         fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True))
         fut.add_done_callback(lambda f: self._adopt(key, f, opts))
 
-    def _fallback(self, opts: Options, case: CaseKey | None, args: tuple, kwargs: dict) -> Resolution:
+    def _fallback(self, key: tuple, opts: Options, case: CaseKey | None, args: tuple,
+                  kwargs: dict) -> Resolution:
         pruned = self.prune_configs(kwargs)
         if opts.fallback is Fallback.TUNE and len(pruned) > 1:
-            config, timings = self._tune_here(pruned, args, kwargs)
+            config = self._tune_here(key, pruned, args, kwargs)
             if case is not None and self.kernel_def is not None:
                 self._share(case, config, len(pruned), args)
             return Resolution(config, Source.TUNED_HERE, provisional=False)
         return Resolution(pruned[0], Source.FIRST, provisional=case is not None,
                           next_check=time.monotonic() + opts.recheck_s)
 
-    def _tune_here(self, pruned: list[Config], args: tuple,
-                   kwargs: dict) -> tuple[Config, dict[Config, Any]]:
-        """Triton's own benchmark of every pruned config (its `_bench`, hooks included)."""
-        t0 = time.time()
-        timings = {c: self._bench(*args, config=c, **kwargs) for c in pruned}
-        self.bench_time = time.time() - t0
-        best = builtins.min(timings, key=timings.get)
-        self.pre_hook({**self.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
-        self.configs_timings = timings
-        return best, timings
+    def _tune_here(self, key: tuple, pruned: list[Config], args: tuple, kwargs: dict) -> Config:
+        """Triton's own benchmark of every pruned config (its `_bench`, hooks included, and its
+        disk cache of timings with cache_results)."""
+
+        def benchmark() -> None:
+            t0 = time.time()
+            timings = {c: self._bench(*args, config=c, **kwargs) for c in pruned}
+            self.bench_time = time.time() - t0
+            self.cache[key] = builtins.min(timings, key=timings.get)
+            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()},
+                          reset_only=True)
+            self.configs_timings = timings
+
+        if self.cache_results:
+            self.check_disk_cache(key, pruned, benchmark)
+        else:
+            benchmark()
+        return self.cache[key]
 
     def _share(self, case: CaseKey, config: Config, n_trials: int, args: tuple) -> None:
         """Store the config tuned here for everyone, once it passes the same gate and is timed
@@ -678,6 +687,7 @@ class Autotuner(TritonAutotuner):
     # -- the declaration -------------------------------------------------------------------------
     def declare(self, **kw: Any) -> "DecoratedKernel":
         """Build and register this kernel's KernelDef (see `declare`)."""
+        kw.setdefault("module", sys._getframe(1).f_globals.get("__name__"))
         return declare(self, **kw)
 
 
@@ -773,6 +783,8 @@ class DecoratedKernel(KernelDef):
     # Arguments of the Triton kernel whose dtypes the declaration covers (others: not looked up).
     dtypes: Mapping[str, Any] = field(default_factory=dict)
     flops: Callable[[Mapping[str, int]], int] | None = None
+    # The user's own launcher, `launch(*inputs)`, that calls the decorated kernel.
+    user_launch: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property
     def source_hash(self) -> str:
@@ -851,8 +863,6 @@ class DecoratedKernel(KernelDef):
             timing_method=timing.method, rel_error=checked.max_error, n_trials=n_trials,
             study_name="tuned-here")
 
-    user_launch: Callable[..., Any] = field(default=None, repr=False)  # type: ignore[assignment]
-
 
 def _params_of(configs: Sequence[dict[str, Any]]) -> tuple[Param, ...]:
     """One Param per meta-parameter and launch option, its choices every listed value."""
@@ -899,13 +909,14 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
             dtypes: Mapping[str, Any] | None = None,
             search_space: Sequence[Config] | None = None,
             description: str = "", benchmark_problem: str = "",
-            register: bool = True) -> DecoratedKernel:
+            register: bool = True, module: str | None = None) -> DecoratedKernel:
     """The KernelDef of a decorated kernel, registered so that a worker importing the calling
     module tunes it. `launch(*inputs)` is the user's own function that calls the kernel;
     `make_inputs(axes, seed=, distribution=, device=)` draws a case's inputs; `reference(*inputs)`
     gives the outputs to compare with (default: the first config's); `axes` name arguments of the
     Triton kernel whose values key a record; `dtypes` the tensor arguments' dtypes it covers;
-    `search_space` what a worker searches (default: the decorator's configs)."""
+    `search_space` what a worker searches (default: the decorator's configs); `module` the
+    module a worker imports to see the declaration (default: the caller's)."""
     if not isinstance(tuner, Autotuner):
         raise TypeError(f"declare() takes a @kernelsearch.autotune kernel, got {type(tuner).__name__}")
     kname = name or tuner.kernel_name or f"{tuner.base_fn.__module__}.{tuner.base_fn.__name__}"
@@ -921,8 +932,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
     # form of a config is the listed one.
     opts = [o for o in LAUNCH_OPTIONS if any(o in c for c in space)]
     space = [{**c, **{o: c.get(o, _LAUNCH_DEFAULTS[o]) for o in opts}} for c in space]
-    module = sys._getframe(2 if sys._getframe(1).f_code.co_name == "declare" else 1).f_globals.get(
-        "__name__", launch.__module__)
+    module = module or sys._getframe(1).f_globals.get("__name__", launch.__module__)
     first = tuner.configs[0]
     ref_fn = reference or tuner.reference
 

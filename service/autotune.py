@@ -430,7 +430,7 @@ class Autotuner(TritonAutotuner):
                 return self._launch(self.configs[0], args, kwargs)
             key, named = self._key(kwargs)
             res = self._resolution(key, named, args, kwargs)
-            self.cache[key] = self.best_config = res.config
+            self.best_config = res.config
             try:
                 return self._launch(res.config, args, kwargs)
             except _BUILD_ERRORS as exc:
@@ -471,6 +471,7 @@ class Autotuner(TritonAutotuner):
             with self._lock:
                 self._resolved[key] = res
                 self.sources[key] = res.source
+                self.cache[key] = res.config
         elif res.provisional and not res.pending and time.monotonic() >= res.next_check:
             self._recheck(key, named, res)
         return res
@@ -676,6 +677,13 @@ class Autotuner(TritonAutotuner):
             return int(self.kernel_def.bytes_moved(case.axes_dict))  # type: ignore[union-attr]
         except Exception:
             return 0
+
+    def resolved(self, key: tuple) -> tuple[Config, Source] | None:
+        """The config a key runs now and where it came from (one consistent view; a late lookup
+        may replace it between calls)."""
+        with self._lock:
+            res = self._resolved.get(key)
+            return None if res is None else (res.config, res.source)
 
     def forget(self) -> None:
         """Drop every resolved key: the next call of each resolves again."""

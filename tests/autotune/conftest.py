@@ -32,11 +32,13 @@ def example_installed() -> str:
 
 
 @pytest.fixture
-def at_store(sqlite_store) -> Iterator[object]:
+def at_store(store) -> Iterator[object]:
+    """A migrated store of each kind (PostgreSQL when KS_TEST_POSTGRES_URL is set), with this
+    process's lookup state forgotten around the test."""
     from kernelsearch.service.autotune import BACKENDS
 
     BACKENDS.reset()
-    yield sqlite_store
+    yield store
     BACKENDS.reset()
 
 

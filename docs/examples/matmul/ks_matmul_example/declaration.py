@@ -19,17 +19,19 @@ def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benc
     1/sqrt(K) so that C's entries are of order one ("realistic")."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
     M, N, K = int(axes["M"]), int(axes["N"]), int(axes["K"])
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    # Drawn where they are used: 8192^2 normals take a second on the CPU, microseconds on a GPU.
+    gen = torch.Generator(device=device).manual_seed(seed)
     if distribution == "benchmark":
-        a = torch.randn(M, K, generator=gen)
-        b = torch.randn(K, N, generator=gen)
+        a = torch.randn(M, K, generator=gen, device=device)
+        b = torch.randn(K, N, generator=gen, device=device)
     elif distribution == "realistic":
-        a = (torch.rand(M, K, generator=gen) * 2 - 1) / K ** 0.5
-        b = torch.rand(K, N, generator=gen) * 2 - 1
+        a = (torch.rand(M, K, generator=gen, device=device) * 2 - 1) / K ** 0.5
+        b = torch.rand(K, N, generator=gen, device=device) * 2 - 1
     else:
         raise ValueError(f"distribution: expected 'benchmark' or 'realistic', got {distribution!r}")
-    return a.half().to(device), b.half().to(device)
+    return a.half(), b.half()
 
 
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

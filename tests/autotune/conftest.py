@@ -1,20 +1,18 @@
-"""Fixtures of the @kernelsearch.autotune tests: the example plugin installed, a migrated SQLite
-store, subprocess environments that see (or do not see) a service."""
+"""Fixtures of the @kernelsearch.autotune tests: the example plugin installed, a migrated store of
+each kind with this process's lookup state reset."""
 from __future__ import annotations
 
-import os
+import importlib
+import site
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "docs" / "examples" / "matmul"
-HERE = Path(__file__).resolve().parent
-KERNEL = "triton_tutorial_matmul"
+from at_env import EXAMPLE, KERNEL, REPO
 
 
 def _installed() -> bool:
@@ -28,6 +26,11 @@ def example_installed() -> str:
     if not _installed():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", str(EXAMPLE),
                         "--no-deps"], check=True, timeout=600)
+        # This process read its .pth files before the install: read them again, so that the
+        # package imports here too (fresh processes see it by themselves).
+        site.addsitedir(sysconfig.get_paths()["purelib"])
+        importlib.invalidate_caches()
+    importlib.import_module("ks_matmul_example")  # declares (and registers) it in this process
     return KERNEL
 
 
@@ -40,16 +43,6 @@ def at_store(store) -> Iterator[object]:
     BACKENDS.reset()
     yield store
     BACKENDS.reset()
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """A fresh process's environment: the interpreter on, this folder importable, no KS_* left
-    over from the test process except what the test gives."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KS_")}
-    env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.update(extra)
-    return env
 
 
 # The service tests' helpers (a live uvicorn server, test settings): one definition of each.

@@ -10,12 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import torch
-from conftest import HERE, KERNEL, child_env
+from at_env import HERE, KERNEL, child_env
 from svc_helpers import LiveServer, settings_for
 
 from kernelsearch.kernels.device import INTERPRETER_DEVICE

@@ -165,7 +165,7 @@ def test_ranks_agree_when_rank0_broadcasts(at_store, tmp_path, sync) -> None:
     import subprocess
     import sys
 
-    from conftest import HERE, child_env
+    from at_env import HERE, child_env
     from svc_like import put_record
 
     second = KERNEL.space_configs[1]

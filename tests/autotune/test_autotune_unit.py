@@ -254,3 +254,13 @@ def test_a_cases_space_is_the_configs_the_decorators_pruning_keeps(at_store, mon
     (job,) = at_store.list_jobs()
     assert (job.kernel, job.cases, job.n_trials) == (SCALE.name, [{"n": 100}], 4)
     scale_kernel.forget()
+
+
+def test_a_broken_local_database_costs_the_call_nothing(monkeypatch, tmp_path, caplog) -> None:
+    bad = tmp_path / "broken.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{bad}")
+    x = torch.randn(100)
+    torch.testing.assert_close(accumulate(x.clone()), 2 * x)
+    assert list(accumulate_kernel.sources.values()) == [Source.FIRST]
+    assert "local store lookup" in caplog.text

@@ -514,8 +514,10 @@ class Autotuner(TritonAutotuner):
             if wait > 0:
                 BACKENDS.slow_until = time.monotonic() + opts.retry_s
             # Too slow for this call: whatever it finds later is adopted by a later call (unless
-            # keys are pinned to their first answer, KS_AUTOTUNE_RECHECK_S=0).
-            if opts.recheck_s > 0:
+            # keys are pinned to their first answer: KS_AUTOTUNE_RECHECK_S=0, or ranks that
+            # follow rank 0's broadcast).
+            synced = opts.sync is Sync.BROADCAST and _distributed() is not None
+            if opts.recheck_s > 0 and not synced:
                 fut.add_done_callback(lambda f: self._adopt(key, f, opts))
             return None
         except Exception as exc:

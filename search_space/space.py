@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import optuna
 
@@ -362,6 +362,45 @@ def _choices(kernel: str, p: Mapping[str, Any]) -> tuple[Any, ...]:
     raise SpaceError(f"space {kernel}: {p['name']!r} needs 'choices' or 'range'")
 
 
+class ListedSpace(SearchSpace):
+    """A space given as a list of configs (a `@kernelsearch.autotune` decorator's): its grid is
+    that list, in its order, and the kernel's own rules reject every other combination."""
+
+    def __init__(self, kernel: KernelDef, configs: Sequence[Mapping[str, Any]]):
+        if not configs:
+            raise SpaceError(f"space {kernel.name}: no configs listed")
+        try:
+            self.listed = [kernel.validate_config(c) for c in configs]
+        except InvalidConfig as exc:
+            raise SpaceError(f"space {kernel.name}: {exc}") from None
+        super().__init__(kernel, tuple(SpaceParam(p.name, p.choices) for p in kernel.params),
+                         description=f"{len(self.listed)} listed configs")
+
+    def grid(self) -> list[dict[str, Any]]:
+        return [dict(c) for c in self.listed]
+
+    def violation(self, config: Mapping[str, Any]) -> str | None:
+        why = super().violation(config)
+        if why is None and self.kernel.validate_config(config) not in self.listed:
+            return "not one of the listed configs"
+        return why
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "configs": self.grid()}
+
+
+def case_space(kernel: str, axes: Mapping[str, int],
+               whole: Callable[[str], SearchSpace] | None = None) -> SearchSpace:
+    """The space one case is tuned in: the kernel's (`whole`, default `get_space`), or for a
+    kernel that lists its configs per case (a decorator's, after its pruning for the case's
+    inputs) that list."""
+    kdef = get_kernel(kernel)
+    per_case = getattr(kdef, "configs_for_case", None)
+    if per_case is None:
+        return (whole or get_space)(kernel)
+    return ListedSpace(kdef, per_case(axes))
+
+
 def space_path(kernel: str) -> Path:
     return Path(__file__).resolve().parent / "spaces" / f"{kernel}.toml"
 
@@ -372,34 +411,10 @@ def get_space(kernel: str) -> SearchSpace:
     return load_space(kernel)
 
 
-def from_configs(kdef: KernelDef, configs: Sequence[Any]) -> SearchSpace:
-    """A space that is exactly a list of configs (triton.Config or mappings), as a decorator's
-    list is: each parameter searched over the values the list uses, and any combination outside
-    the list rejected by the space, so no sampler spends a compile on it."""
-    if not configs:
-        raise SpaceError(f"space {kdef.name}: an empty config list")
-    try:
-        flat = [kdef.validate_config(from_triton_config(c) if not isinstance(c, Mapping) else c)
-                for c in configs]
-    except InvalidConfig as exc:
-        raise SpaceError(f"space {kdef.name}: a declared config: {exc}") from None
-    names: list[str] = []
-    for c in flat:
-        names += [n for n in c if n not in names]
-    params = []
-    for n in names:
-        vals: list[Any] = []
-        for c in flat:
-            if n in c and not _member(c[n], tuple(vals)):
-                vals.append(c[n])
-        params.append(SpaceParam(name=n, choices=tuple(vals)))
-    members = " or ".join(
-        "(" + " and ".join(f"{k} == {v!r}" for k, v in sorted(c.items())) + ")" for c in flat)
-    try:
-        rule = (Constraint(SafeExpr(members), "not one of the declared configs"),)
-    except ExprError:
-        rule = ()  # values the expression language cannot spell: the kernel's rules still apply
-    return SearchSpace(kdef, tuple(params), rule, description=f"{len(flat)} declared configs")
+def from_configs(kdef: KernelDef, configs: Sequence[Any]) -> "ListedSpace":
+    """The space of a kernel that declares a list of configs (triton.Config or mappings)."""
+    return ListedSpace(kdef, [from_triton_config(c) if not isinstance(c, Mapping) else dict(c)
+                              for c in configs])
 
 
 def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
@@ -425,5 +440,5 @@ def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     return SearchSpace.from_dict(doc, kdef)
 
 
-__all__ = ["get_space", "from_configs", "SearchSpace", "SpaceParam", "Constraint", "SpaceError", "load_space", "space_path",
-           "IDX_SUFFIX"]
+__all__ = ["get_space", "case_space", "from_configs", "ListedSpace", "SearchSpace", "SpaceParam",
+           "Constraint", "SpaceError", "load_space", "space_path", "IDX_SUFFIX"]

@@ -33,7 +33,7 @@ from kernelsearch.kernels.device import peak_flops
 from kernelsearch.kernels.measure import default_repeats
 
 from .runner import TrialCancelled, TrialOutcome, TrialRunner
-from .space import SearchSpace, get_space
+from .space import SearchSpace, case_space, get_space
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +351,7 @@ def prefetch_case(runner: Any, store: Any, kernel: str, axes: Mapping[str, int],
     Only a hint: a config missing from the pool is compiled by the trial itself."""
     if not runner.compile_workers:
         return 0
-    space = space or get_space(kernel)
+    space = space or case_space(kernel, axes, get_space)
     axes = get_kernel(kernel).validate_axes(axes)
     configs = [dict(c) for c in also]
     configs += [c for c, _ in warm_start_picks(store, kernel, axes, device, space)]
@@ -421,7 +421,7 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
         raise TuneError(f"measure_n: must be >= 1, got {measure_n!r}")
     if reference not in REFERENCES:
         raise TuneError(f"reference: expected one of {', '.join(REFERENCES)}, got {reference!r}")
-    space = space or get_space(kernel)
+    space = space or case_space(kernel, axes, get_space)
     if space.kernel.name != kernel:
         raise TuneError(f"space: written for {space.kernel.name!r}, not {kernel!r}")
     grid = space.grid()

@@ -30,6 +30,7 @@ from fastapi_offline import FastAPIOffline
 from kernelsearch import kernels
 from kernelsearch.db import errors as dberr
 from kernelsearch.db.engine import check_schema
+from kernelsearch.db.store import RecordDoc
 from kernelsearch.kernels.device import versions as kernel_versions
 
 from . import errors, schemas
@@ -460,6 +461,23 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
         if device is not None:
             _check_text("device", device)
         return [record_json(r) for r in store.list_records(kernel=kernel, device=device)]
+
+    @app.post("/v1/records", status_code=201, response_model=schemas.RecordOut, tags=["lookups"],
+              responses=_WRITE_ERRORS, dependencies=[Depends(require_writer)])
+    def upload_record(body: RecordDoc) -> Any:
+        """Store a record tuned outside the workers (`@kernelsearch.autotune` with
+        KS_AUTOTUNE_FALLBACK=tune, on a host whose workers cannot import the kernel); it becomes
+        the current record under the same rule as a worker's."""
+        k = _kernel_or_404(body.kernel)
+        try:
+            k.validate_axes(body.axes)
+        except ValueError as exc:
+            raise HTTPException(422, f"axes: {exc}") from None
+        rec = body.to_record_in()
+        store.ensure_device(rec.device_info or {"name": rec.device})
+        view, _ = store.upsert_best(rec)
+        cache.invalidate()
+        return record_json(view)
 
     # -- jobs --------------------------------------------------------------------------------
     @app.post("/v1/jobs", status_code=202, response_model=schemas.JobOut, tags=["jobs"],

@@ -139,6 +139,10 @@ class Client:
         params = {k: v for k, v in (("kernel", kernel), ("device", device)) if v is not None}
         return self._request("GET", "/v1/records", params=params)
 
+    def upload_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a record tuned outside the workers (the fields of an exported record)."""
+        return self._request("POST", "/v1/records", json=dict(record))
+
     # -- jobs ---------------------------------------------------------------------------------
     def submit_job(self, kernel: str, cases: Sequence[Mapping[str, int]] | Literal["all"],
                    n_trials: int, sampler: str | None = None,

@@ -50,6 +50,16 @@ class Settings(BaseSettings):
         "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
         "wait behind tuning), or a thread of the API process")
 
+    autotune_fallback: Literal["first", "tune"] = Field(
+        "first", description="@kernelsearch.autotune with no record: the first config, or tune here")
+    autotune_timeout_s: float = Field(0.25, ge=0, description="a new key's lookup waits this long at most")
+    autotune_retry_s: float = Field(30.0, ge=0, description="a failed service is not asked again for this long")
+    autotune_recheck_s: float = Field(10.0, ge=0, description="a key without a record is looked up again this often (0: never)")
+    autotune_sync: Literal["none", "broadcast"] = Field(
+        "none", description="broadcast: rank 0 of a torch.distributed group resolves each key for all ranks")
+    autotune_submit: bool = Field(True, description="a key without a record queues a tuning job")
+    autotune_prepare: bool = Field(True, description="a declaration prepares the lookups in the background")
+
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":
         # A lease must outlive a missed heartbeat or two, or two live workers take the same job

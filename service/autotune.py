@@ -1,0 +1,972 @@
+"""`@kernelsearch.autotune`: `triton.autotune`'s signature and behaviour, with configs that come from
+the shared store or the service instead of being benchmarked again in every process.
+
+    @kernelsearch.autotune(configs=[triton.Config(...), ...], key=["M", "N", "K"])
+    @triton.jit
+    def matmul_kernel(...): ...
+
+For a new key a call resolves its config: this process's memory, then the local store (the
+configured database), then the service (`KS_SERVICE_URL`), then the nearest tuned record, then the
+fallback (`KS_AUTOTUNE_FALLBACK=first`: the first config after pruning; `tune`: benchmark here
+exactly as `triton.autotune` does, and store the result as a record). Lookups run in a background
+thread that the call waits on for at most `KS_AUTOTUNE_TIMEOUT_S`; an unreachable service is not
+asked again for `KS_AUTOTUNE_RETRY_S`. A key without a tuned record queues one tuning job (the
+decorator's configs, after pruning, are its space) and is looked up again every
+`KS_AUTOTUNE_RECHECK_S`, so a later call runs the tuned config. No lookup failure reaches the call.
+
+A worker tunes the kernel by importing the module that declares it (`Autotuner.declare`), so the
+declaration is what the registry holds: a `KernelDef` built from the decorator's configs and the
+user's input makers, launcher and reference.
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+import hashlib
+import inspect
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from triton.compiler.errors import CompilationError
+from triton.runtime.autotuner import Autotuner as TritonAutotuner
+from triton.runtime.autotuner import Config
+from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
+
+from kernelsearch.kernels.spec import (Axis, Case, KernelDef, Param, configs_rule,
+                                       params_from_configs)
+
+log = logging.getLogger(__name__)
+
+# triton.Config's launch options, kept apart from the kernel's meta-parameters.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+MAX_AXIS = 2**31 - 1
+
+
+class Fallback(str, enum.Enum):
+    """What a key with no record anywhere runs: the first config, or Triton's own benchmark."""
+
+    FIRST = "first"
+    TUNE = "tune"
+
+
+class Source(str, enum.Enum):
+    """Where a key's config came from (`Autotuner.sources`)."""
+
+    STORE = "store"
+    SERVICE = "service"
+    NEAREST = "nearest"
+    FIRST = "first"
+    TUNED_HERE = "tuned_here"
+    RANK0 = "rank0"
+
+
+class Sync(str, enum.Enum):
+    """How the ranks of a torch.distributed job agree on a key's config."""
+
+    NONE = "none"
+    BROADCAST = "broadcast"
+
+
+@dataclass(frozen=True)
+class Options:
+    """The KS_AUTOTUNE_* settings (service/settings.py), read once per resolved key (cheap next to
+    a kernel launch); a bad value is warned about and replaced by its default, never raised."""
+
+    fallback: Fallback = Fallback.FIRST
+    timeout_s: float = 0.25
+    retry_s: float = 30.0
+    recheck_s: float = 10.0
+    sync: Sync = Sync.NONE
+    submit_jobs: bool = True
+    prepare: bool = True
+
+    @classmethod
+    def from_env(cls) -> "Options":
+        from pydantic import ValidationError
+
+        from .settings import Settings
+
+        try:
+            st = Settings()
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
+            for name in sorted(bad):
+                log.warning("KS_%s=%r is not accepted (%s); using its default", name.upper(),
+                            os.environ.get(f"KS_{name.upper()}"),
+                            next(e["msg"] for e in exc.errors() if e["loc"][:1] == (name,)))
+            try:
+                st = Settings(**{n: Settings.model_fields[n].default for n in bad
+                                 if n in Settings.model_fields})
+            except ValidationError:
+                return cls()
+        return cls(fallback=Fallback(st.autotune_fallback), timeout_s=st.autotune_timeout_s,
+                   retry_s=st.autotune_retry_s, recheck_s=st.autotune_recheck_s,
+                   sync=Sync(st.autotune_sync), submit_jobs=st.autotune_submit,
+                   prepare=st.autotune_prepare)
+
+
+# -- configs as records hold them -------------------------------------------------------------------
+def config_dict(config: Config) -> dict[str, Any]:
+    """A triton.Config as a record's config: meta-parameters plus the launch options it sets."""
+    out = dict(config.kwargs)
+    for name in LAUNCH_OPTIONS:
+        v = getattr(config, name)
+        if name in ("num_warps", "num_stages") or v != _LAUNCH_DEFAULTS[name]:
+            out[name] = v
+    return out
+
+
+def to_triton(config: Mapping[str, Any], meta_names: frozenset[str],
+              listed: Sequence[Config] = ()) -> Config | None:
+    """A record's config as a triton.Config (the listed one when equal, keeping its pre_hook);
+    None when its meta-parameters are not this kernel's (a record of another version)."""
+    meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+    if set(meta) != set(meta_names):
+        return None
+    opts = {k: config.get(k, _LAUNCH_DEFAULTS[k]) for k in LAUNCH_OPTIONS}
+    made = Config(meta, **opts)
+    for c in listed:
+        if c.all_kwargs() == made.all_kwargs():
+            return c
+    return made
+
+
+# -- where answers come from -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CaseKey:
+    """A call's key as records are keyed: (kernel, case axes, device)."""
+
+    kernel: str
+    axes: tuple[tuple[str, int], ...]
+    device: str
+
+    @property
+    def axes_dict(self) -> dict[str, int]:
+        return dict(self.axes)
+
+
+@dataclass(frozen=True)
+class Found:
+    config: dict[str, Any]
+    match: str  # "exact" or "nearest"
+    source: Source
+
+
+class Backends:
+    """The local store and the service of this process, shared by every decorated kernel.
+
+    A service that does not answer is left alone for `retry_s`; jobs are submitted at most once
+    per key per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ensure_lock = threading.Lock()
+        self._store: Any = None
+        self._client: Any = None
+        self._made_for: tuple | None = None
+        self._down_until = 0.0
+        self._store_down_until = 0.0
+        # Until then, a new key does not wait for its lookup at all (the last one ran out of time).
+        self.slow_until = 0.0
+        self._submitted: set[CaseKey] = set()
+        self._snapshots: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
+
+    def _ensure(self) -> None:
+        with self._ensure_lock:
+            self._ensure_locked()
+
+    def _ensure_locked(self) -> None:
+        from .settings import Settings
+
+        settings = Settings()
+        sig = (settings.database_url, settings.service_url)
+        with self._lock:
+            if sig == self._made_for:
+                return
+            self._down_until = 0.0
+        from .provider import _local_store
+
+        store = _local_store(settings)
+        client = None
+        if settings.service_url:
+            from .client import Client
+
+            token = settings.api_token.get_secret_value() if settings.api_token else None
+            client = Client(settings.service_url, token=token, timeout=settings.provider_timeout_s)
+        with self._lock:
+            old = self._client
+            self._store, self._client = store, client
+            self._made_for = sig
+        if old is not None:
+            old.close()
+
+    def prepare(self) -> None:
+        """Import the client and settings and open the store ahead of the first lookup (a
+        declaration calls this in the background), so the first call's wait is one request."""
+        try:
+            self._ensure()
+        except Exception as exc:
+            log.warning("kernelsearch lookups not prepared: %s", exc)
+
+    def reset(self) -> None:
+        """Forget connections and the service's down state (tests; a changed environment)."""
+        with self._lock:
+            self._made_for = None
+            self._down_until = self._store_down_until = self.slow_until = 0.0
+            self._submitted.clear()
+            self._snapshots.clear()
+            self._store = self._client = None
+
+    def _service_up(self) -> bool:
+        return self._client is not None and time.monotonic() >= self._down_until
+
+    def _service_failed(self, exc: Exception, retry_s: float) -> None:
+        log.warning("kernelsearch service unavailable (%s); not asked again for %g s", exc, retry_s)
+        with self._lock:
+            self._down_until = time.monotonic() + retry_s
+
+    def _snapshot(self, key: CaseKey) -> dict[tuple, dict[str, Any]]:
+        """Every current record of the kernel on this device, fetched once per process: a
+        program's other shapes are then answered without a request each."""
+        sk = (key.kernel, key.device)
+        with self._lock:
+            got = self._snapshots.get(sk)
+        if got is not None:
+            return got
+        records = self._client.records(kernel=key.kernel, device=key.device)
+        snap = {tuple(sorted(r["case"].items())): dict(r["config"]) for r in records
+                if isinstance(r.get("case"), dict) and isinstance(r.get("config"), dict)}
+        with self._lock:
+            self._snapshots[sk] = snap
+        return snap
+
+    def lookup(self, key: CaseKey, work: int, opts: Options, fresh: bool = False) -> Found | None:
+        """Store exact, service exact, then the nearest either knows; None when neither has one.
+        `fresh`: ask the service itself, not this process's snapshot of its records."""
+        self._ensure()
+        nearest: Found | None = None
+        if self._store is not None and time.monotonic() >= self._store_down_until:
+            try:
+                got = self._store.find_best(key.kernel, key.device, key.axes_dict, work)
+            except Exception as exc:  # a database that is down must not fail the call
+                log.warning("local store lookup for %s failed (%s); not asked again for %g s",
+                            key.kernel, exc, opts.retry_s)
+                with self._lock:
+                    self._store_down_until = time.monotonic() + opts.retry_s
+                got = None
+            if got is not None:
+                record, match = got
+                found = Found(dict(record.config), match, Source.STORE)
+                if match == "exact":
+                    return found
+                nearest = Found(found.config, "nearest", Source.NEAREST)
+        if self._service_up():
+            from .client import ClientError
+
+            try:
+                if not fresh:
+                    cfg = self._snapshot(key).get(key.axes)
+                    if cfg is not None:
+                        return Found(cfg, "exact", Source.SERVICE)
+                got = self._client.best(key.kernel, key.device, **key.axes_dict)
+            except ClientError as exc:
+                if not 0 < exc.status < 500:
+                    self._service_failed(exc, opts.retry_s)
+                got = None
+            except Exception as exc:  # anything else from the transport: treat as down
+                self._service_failed(exc, opts.retry_s)
+                got = None
+            if got is not None:
+                match = got.get("match", "exact")
+                if match == "exact":
+                    return Found(dict(got["config"]), "exact", Source.SERVICE)
+                nearest = nearest or Found(dict(got["config"]), "nearest", Source.NEAREST)
+        return nearest
+
+    def submit_once(self, key: CaseKey, n_trials: int, opts: Options) -> None:
+        """Queue one grid job over the pruned configs for this key (service first, else store)."""
+        with self._lock:
+            if key in self._submitted:
+                return
+            self._submitted.add(key)
+        self._ensure()
+        cases = [key.axes_dict]
+        if self._service_up():
+            from .client import ClientError
+
+            try:
+                self._client.submit_job(key.kernel, cases, n_trials=n_trials, sampler="grid")
+                return
+            except ClientError as exc:
+                if not 0 < exc.status < 500:
+                    self._service_failed(exc, opts.retry_s)
+                log.warning("could not queue a tuning job for %s %s: %s", key.kernel, cases, exc)
+            except Exception as exc:
+                self._service_failed(exc, opts.retry_s)
+        if self._store is not None:
+            try:
+                self._store.create_job(key.kernel, cases, n_trials, "grid")
+                return
+            except Exception as exc:
+                log.warning("could not queue a tuning job for %s %s: %s", key.kernel, cases, exc)
+        with self._lock:
+            self._submitted.discard(key)  # nobody took it: try again on a later lookup
+
+    def upload(self, record: Any) -> bool:
+        """Store a record tuned in this process: through the service, else in the local store;
+        False when neither took it."""
+        self._ensure()
+        if self._service_up():
+            try:
+                self._client.upload_record(_record_json(record))
+                return True
+            except Exception as exc:
+                log.warning("the service did not take the config tuned here for %s: %s",
+                            record.kernel, exc)
+        if self._store is not None:
+            try:
+                self._store.ensure_device(record.device_info or {"name": record.device})
+                self._store.upsert_best(record)
+                return True
+            except Exception as exc:
+                log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
+        return False
+
+
+BACKENDS = Backends()
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    out = asdict(record)
+    out["tuned_at"] = record.tuned_at.isoformat()
+    return out
+
+
+def _in_background(fn: Callable[[], Any]) -> Future:
+    """Run `fn` in a daemon thread: a lookup stuck in a socket never holds up the caller or exit."""
+    fut: Future = Future()
+
+    def body() -> None:
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+            fut.set_exception(exc)
+
+    threading.Thread(target=body, name="ks-autotune-lookup", daemon=True).start()
+    return fut
+
+
+# -- the decorator ---------------------------------------------------------------------------------
+@dataclass
+class Resolution:
+    config: Config
+    source: Source
+    # A nearest record or a fallback: looked up again every recheck_s until a tuned record lands.
+    provisional: bool
+    next_check: float = 0.0
+    pending: bool = False
+
+
+_forced = threading.local()
+# What a config that cannot be built raises, before anything runs (under the interpreter, where
+# building is running, its own wrapper of the same checks).
+_BUILD_ERRORS: tuple[type[BaseException], ...] = (OutOfResources, PTXASError, CompilationError,
+                                                  InterpreterError)
+_CAPTURE = object()  # forced "config" that stops a call at its launch with its arguments
+
+
+class _Captured(Exception):
+    """Carries a launch's named arguments out of the user's launcher (`named_args_for`)."""
+
+
+class Autotuner(TritonAutotuner):
+    """Triton's Autotuner (`kernel[grid](...)`, `.configs`, `.best_config`, `.cache`, `.fn`),
+    resolving a new key through kernelsearch instead of benchmarking every config here."""
+
+    def __init__(self, fn: Any, arg_names: list[str], configs: list[Config], key: list[str],
+                 *args: Any, name: str | None = None,
+                 reference: Callable[..., Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(fn, arg_names, configs, key, *args, **kwargs)
+        self.kernel_name = name
+        self.reference = reference
+        self.kernel_def: DecoratedKernel | None = None
+        self.sources: dict[tuple, Source] = {}
+        self._resolved: dict[tuple, Resolution] = {}
+        self._lock = threading.RLock()
+        self._meta_names = frozenset(k for c in self.configs for k in c.kwargs)
+
+    # Under the interpreter there is no GPU benchmarker: time by the wall clock, as
+    # kernels.measure does there, so KS_AUTOTUNE_FALLBACK=tune works on the CPU as well.
+    @property
+    def do_bench(self) -> Callable[..., Any]:  # type: ignore[override]
+        if self._do_bench is not None:
+            return self._do_bench
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return _wallclock_bench
+        from triton.runtime.driver import driver
+
+        return driver.active.get_benchmarker()
+
+    # -- the call ------------------------------------------------------------------------------
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        forced = getattr(_forced, "configs", {}).get(id(self))
+        if forced is not None:
+            return self._run_forced(forced, args, kwargs)
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            if len(self.configs) == 1 and self.kernel_def is None:
+                self.best_config = self.configs[0]
+                return self._launch(self.configs[0], args, kwargs)
+            key, named = self._key(kwargs)
+            res = self._resolution(key, named, args, kwargs)
+            self.best_config = res.config
+            try:
+                return self._launch(res.config, args, kwargs)
+            except _BUILD_ERRORS as exc:
+                if res.source in (Source.FIRST, Source.TUNED_HERE):
+                    raise
+                # A record this build cannot compile (another Triton, another GPU's limits): the
+                # call runs the first config instead, and so does every later call of the key.
+                log.warning("%s: the %s config %s does not build here (%s); using the first",
+                            self.kernel_name, res.source.value, res.config, exc)
+                first = self.prune_configs(kwargs)[0]
+                with self._lock:
+                    self._resolved[key] = Resolution(first, Source.FIRST, provisional=False)
+                    self.sources[key] = Source.FIRST
+                    self.cache[key] = self.best_config = first
+                return self._launch(first, args, kwargs)
+        finally:
+            self.nargs = None
+
+    def _launch(self, config: Config, args: tuple, kwargs: dict) -> Any:
+        if config.pre_hook is not None:
+            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+    def _key(self, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        """Triton's tuning key (key arguments' values, then every tensor argument's dtype)."""
+        all_args = {**self.nargs, **kwargs}
+        named = {k: v for k, v in all_args.items() if k in self.arg_names}
+        key = [named[k] for k in self.keys if k in named]
+        key += [str(a.dtype) for a in named.values() if hasattr(a, "dtype")]
+        return tuple(key), named
+
+    def _resolution(self, key: tuple, named: dict[str, Any], args: tuple,
+                    kwargs: dict) -> Resolution:
+        with self._lock:
+            res = self._resolved.get(key)
+        if res is None:
+            res = self._resolve(key, named, args, kwargs)
+            with self._lock:
+                self._resolved[key] = res
+                self.sources[key] = res.source
+                self.cache[key] = res.config
+        elif res.provisional and not res.pending and time.monotonic() >= res.next_check:
+            self._recheck(key, named, res)
+        return res
+
+    # -- resolving a new key -----------------------------------------------------------------
+    def _resolve(self, key: tuple, named: dict[str, Any], args: tuple, kwargs: dict) -> Resolution:
+        opts = Options.from_env()
+        if self.kernel_def is None:
+            _load_declarations()
+        case = self.case_key(named)
+        dist = _distributed() if opts.sync is Sync.BROADCAST else None
+        if dist is not None and dist.get_rank() != 0:
+            return self._from_rank0(dist, None)
+        res = None
+        if case is not None:
+            res = self._lookup(key, case, opts, kwargs)
+        if res is None:
+            res = self._fallback(key, opts, case, args, kwargs)
+        if dist is not None:
+            return self._from_rank0(dist, res)
+        return res
+
+    def _lookup(self, key: tuple, case: CaseKey, opts: Options, kwargs: dict) -> Resolution | None:
+        n_trials = len(self.prune_configs(kwargs))
+        work = self._work(case)
+        # Imports and clients are local work, bounded whatever the service does: done here, so
+        # that the hard timeout below is spent on the lookup itself.
+        BACKENDS.prepare()
+
+        def task() -> Found | None:
+            found = BACKENDS.lookup(case, work, opts)
+            if opts.submit_jobs and (found is None or found.match != "exact"):
+                BACKENDS.submit_once(case, n_trials, opts)
+            return found
+
+        fut = _in_background(task)
+        wait = 0.0 if time.monotonic() < BACKENDS.slow_until else opts.timeout_s
+        try:
+            found = fut.result(timeout=wait)
+        except FutureTimeout:
+            if wait > 0:
+                BACKENDS.slow_until = time.monotonic() + opts.retry_s
+            # Too slow for this call: whatever it finds later is adopted by a later call (unless
+            # keys are pinned to their first answer: KS_AUTOTUNE_RECHECK_S=0, or ranks that
+            # follow rank 0's broadcast).
+            synced = opts.sync is Sync.BROADCAST and _distributed() is not None
+            if opts.recheck_s > 0 and not synced:
+                fut.add_done_callback(lambda f: self._adopt(key, f, opts))
+            return None
+        except Exception as exc:
+            log.warning("config lookup for %s failed: %s", case.kernel, exc)
+            return None
+        return self._resolution_of(found, opts)
+
+    def _resolution_of(self, found: Found | None, opts: Options) -> Resolution | None:
+        if found is None:
+            return None
+        config = to_triton(found.config, self._meta_names, self.configs)
+        if config is None:
+            log.info("record for %s does not fit this kernel's meta-parameters: %s",
+                     self.kernel_name, found.config)
+            return None
+        provisional = found.match != "exact"
+        return Resolution(config, found.source, provisional,
+                          next_check=time.monotonic() + opts.recheck_s)
+
+    def _adopt(self, key: tuple, fut: Future, opts: Options) -> None:
+        """A late lookup's answer replaces a provisional one (never a tuned or exact one)."""
+        try:
+            new = self._resolution_of(fut.result(), opts)
+        except Exception:
+            new = None
+        with self._lock:
+            cur = self._resolved.get(key)
+            if cur is not None:
+                cur.pending = False
+                cur.next_check = time.monotonic() + opts.recheck_s
+            if new is None or (cur is not None and not cur.provisional):
+                return
+            if cur is not None and new.provisional and cur.source is Source.NEAREST:
+                return
+            self._resolved[key] = new
+            self.sources[key] = new.source
+            self.cache[key] = new.config
+
+    def _recheck(self, key: tuple, named: dict[str, Any], res: Resolution) -> None:
+        """Look a provisional key up again in the background; the call goes on with what it has."""
+        opts = Options.from_env()
+        case = self.case_key(named)
+        synced = opts.sync is Sync.BROADCAST and _distributed() is not None
+        if case is None or opts.recheck_s <= 0 or synced:
+            res.provisional = False  # pinned: nothing to look up, or ranks must not drift apart
+            return
+        res.pending = True
+        work = self._work(case)
+        fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True))
+        fut.add_done_callback(lambda f: self._adopt(key, f, opts))
+
+    def _fallback(self, key: tuple, opts: Options, case: CaseKey | None, args: tuple,
+                  kwargs: dict) -> Resolution:
+        pruned = self.prune_configs(kwargs)
+        if opts.fallback is Fallback.TUNE and len(pruned) > 1:
+            config = self._tune_here(key, pruned, args, kwargs)
+            if case is not None and self.kernel_def is not None:
+                self._share(case, config, len(pruned), args)
+            return Resolution(config, Source.TUNED_HERE, provisional=False)
+        return Resolution(pruned[0], Source.FIRST, provisional=case is not None,
+                          next_check=time.monotonic() + opts.recheck_s)
+
+    def _tune_here(self, key: tuple, pruned: list[Config], args: tuple, kwargs: dict) -> Config:
+        """Triton's own benchmark of every pruned config (its `_bench`, hooks included, and its
+        disk cache of timings with cache_results)."""
+
+        def benchmark() -> None:
+            t0 = time.time()
+            timings = {c: self._bench(*args, config=c, **kwargs) for c in pruned}
+            self.bench_time = time.time() - t0
+            self.cache[key] = builtins.min(timings, key=timings.get)
+            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()},
+                          reset_only=True)
+            self.configs_timings = timings
+
+        if self.cache_results:
+            self.check_disk_cache(key, pruned, benchmark)
+        else:
+            benchmark()
+        return self.cache[key]
+
+    def _share(self, case: CaseKey, config: Config, n_trials: int, args: tuple) -> None:
+        """Store the config tuned here for everyone, once it passes the same gate and is timed
+        the same way (CUPTI, cold L2) as a worker's; otherwise this process alone uses it."""
+        from kernelsearch.kernels.check import check_config
+        from kernelsearch.kernels.measure import measure_config
+
+        kdef = self.kernel_def
+        cfg = config_dict(config)
+        device = next((a.device for a in args if hasattr(a, "device")), None)
+        try:
+            checked = check_config(kdef, case.axes_dict, cfg, device=device)
+            if not checked.ok:
+                log.warning("%s: the config tuned here fails the correctness gate (%s); not stored",
+                            kdef.name, checked.detail)
+                return
+            timing = measure_config(kdef, case.axes_dict, cfg, device=device)
+        except Exception as exc:
+            log.warning("%s: the config tuned here could not be checked: %s", kdef.name, exc)
+            return
+        BACKENDS.upload(kdef.record_of(case, cfg, timing, checked, n_trials, device))
+
+    def _from_rank0(self, dist: Any, res: Resolution | None) -> Resolution:
+        """Rank 0's resolution, broadcast: every rank runs the same config for the key."""
+        payload = [None if res is None else (config_dict(res.config), res.source.value)]
+        dist.broadcast_object_list(payload, src=0)
+        cfg, source = payload[0]
+        config = to_triton(cfg, self._meta_names, self.configs) or self.configs[0]
+        return Resolution(config, Source(source) if res is not None else Source.RANK0,
+                          provisional=False)
+
+    # -- forced configs (the tuner's launches) ------------------------------------------------
+    def using(self, config: Config | Mapping[str, Any]) -> "_Using":
+        """Within the block, every call runs `config` as Triton's benchmark runs a candidate:
+        reset_to_zero, restore_value and the pre/post hooks around the launch."""
+        if not isinstance(config, Config):
+            made = to_triton(config, self._meta_names, self.configs)
+            if made is None:
+                raise ValueError(f"config: {dict(config)} does not set this kernel's "
+                                 f"meta-parameters {sorted(self._meta_names)}")
+            config = made
+        return _Using(self, config)
+
+    def _run_forced(self, config: Config | object, args: tuple, kwargs: dict) -> Any:
+        if config is _CAPTURE:
+            raise _Captured({**dict(zip(self.arg_names, args)), **kwargs})
+        outer = getattr(self, "nargs", None)  # a forced launch may run inside a call's resolution
+        self.nargs = dict(zip(self.arg_names, args))
+        current = dict(kwargs, **config.all_kwargs())
+        full = {**self.nargs, **current}
+        try:
+            if config.pre_hook:
+                config.pre_hook(full)
+            self.pre_hook(full)
+            try:
+                ret = self.fn.run(*args, **current)
+            except Exception as exc:
+                self.post_hook(full, exception=exc)
+                raise
+            self.post_hook(full, exception=None)
+            self.best_config = config
+            self.last_launch = ret
+            return ret
+        finally:
+            self.nargs = outer
+
+    # -- the record key of a call ---------------------------------------------------------------
+    def case_key(self, named: Mapping[str, Any]) -> CaseKey | None:
+        """The (kernel, axes, device) a call is looked up under; None when it is not declared,
+        or the call's dtypes are not the declaration's."""
+        kdef = self.kernel_def
+        if kdef is None:
+            return None
+        return kdef.case_key_of(named)
+
+    def _work(self, case: CaseKey) -> int:
+        try:
+            return int(self.kernel_def.bytes_moved(case.axes_dict))  # type: ignore[union-attr]
+        except Exception:
+            return 0
+
+    def resolved(self, key: tuple) -> tuple[Config, Source] | None:
+        """The config a key runs now and where it came from (one consistent view; a late lookup
+        may replace it between calls)."""
+        with self._lock:
+            res = self._resolved.get(key)
+            return None if res is None else (res.config, res.source)
+
+    def forget(self) -> None:
+        """Drop every resolved key: the next call of each resolves again."""
+        with self._lock:
+            self._resolved.clear()
+            self.sources.clear()
+            self.cache.clear()
+
+    # -- the declaration -------------------------------------------------------------------------
+    def declare(self, **kw: Any) -> "DecoratedKernel":
+        """Build and register this kernel's KernelDef (see `declare`)."""
+        kw.setdefault("module", sys._getframe(1).f_globals.get("__name__"))
+        return declare(self, **kw)
+
+
+class _Using:
+    def __init__(self, tuner: Autotuner, config: Config | object) -> None:
+        self.tuner, self.config = tuner, config
+
+    def __enter__(self) -> Any:
+        d = getattr(_forced, "configs", None)
+        if d is None:
+            d = _forced.configs = {}
+        self._prev = d.get(id(self.tuner))
+        d[id(self.tuner)] = self.config
+        return self.config
+
+    def __exit__(self, *exc: object) -> None:
+        d = _forced.configs
+        if self._prev is None:
+            d.pop(id(self.tuner), None)
+        else:
+            d[id(self.tuner)] = self._prev
+
+
+_declarations_loaded = False
+
+
+def _load_declarations() -> None:
+    """Once per process: load the registry's plugins, whose import declares (and so binds) a
+    kernel whose declaration lives in a module the program did not import itself."""
+    global _declarations_loaded
+    if _declarations_loaded:
+        return
+    _declarations_loaded = True
+    try:
+        from kernelsearch.kernels.registry import load_plugins
+
+        load_plugins()
+    except Exception as exc:  # a broken plugin must not fail the call
+        log.warning("loading kernel plugins failed: %s", exc)
+
+
+def _wallclock_bench(kernel_call: Callable[[], Any], quantiles: Sequence[float] = (0.5, 0.2, 0.8),
+                     n: int = 3) -> list[float]:
+    kernel_call()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        kernel_call()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    s = sorted(samples)
+    return [statistics.median(s), s[0], s[-1]][:len(quantiles)]
+
+
+def _distributed() -> Any | None:
+    """torch.distributed when a process group of more than one rank is up, else None."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+def autotune(configs: list[Config], key: list[str], prune_configs_by: dict | None = None,
+             reset_to_zero: list[str] | None = None, restore_value: list[str] | None = None,
+             pre_hook: Callable | None = None, post_hook: Callable | None = None,
+             warmup: int | None = None, rep: int | None = None, use_cuda_graph: bool = False,
+             do_bench: Callable | None = None, cache_results: bool = False, *,
+             name: str | None = None,
+             reference: Callable[..., Any] | None = None) -> Callable[[Any], Autotuner]:
+    """`triton.autotune` with the same arguments; `name` (the kernel's name in kernelsearch) and
+    `reference` (what the correctness gate compares with, instead of the first config) may also
+    be given to `declare`."""
+
+    def decorator(fn: Any) -> Autotuner:
+        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
+                         pre_hook=pre_hook, post_hook=post_hook, prune_configs_by=prune_configs_by,
+                         warmup=warmup, rep=rep, use_cuda_graph=use_cuda_graph, do_bench=do_bench,
+                         cache_results=cache_results, name=name, reference=reference)
+
+    return decorator
+
+
+# -- the KernelDef of a decorated kernel (the one place that adapts to kernels.spec) ---------------
+@dataclass
+class DecoratedKernel(KernelDef):
+    """A KernelDef whose search space is a decorator's list of configs."""
+
+    autotuner: Any = field(default=None, repr=False)
+    # Arguments of the Triton kernel whose dtypes the declaration covers (others: not looked up).
+    dtypes: Mapping[str, Any] = field(default_factory=dict)
+    # The user's own launcher, `launch(*inputs)`, that calls the decorated kernel.
+    user_launch: Callable[..., Any] | None = field(default=None, repr=False)
+
+    @property
+    def space_configs(self) -> tuple[dict[str, Any], ...]:
+        """The searched configs, as records hold them, in the decorator's order (`space`)."""
+        return tuple(dict(c) for c in self.space)
+
+    def case_key_of(self, named: Mapping[str, Any]) -> CaseKey | None:
+        from kernelsearch.kernels.device import device_name
+
+        axes: dict[str, int] = {}
+        for a in self.axes:
+            v = named.get(a.name)
+            if isinstance(v, bool) or not isinstance(v, int) or not a.minimum <= v <= a.maximum:
+                return None
+            axes[a.name] = int(v)
+        for arg, dtype in self.dtypes.items():
+            t = named.get(arg)
+            if getattr(t, "dtype", None) != dtype:
+                return None
+        device = next((t.device for t in named.values() if hasattr(t, "device")), None)
+        return CaseKey(self.name, tuple(sorted(axes.items())), device_name(device))
+
+    def configs_for_case(self, axes: Mapping[str, int]) -> list[dict[str, Any]]:
+        """The space of one case: the configs the decorator's pruning keeps for its inputs."""
+        tuner = self.autotuner
+        if tuner.early_config_prune is None and tuner.perf_model is None:
+            return [dict(c) for c in self.space_configs]
+        named = self.named_args_for(axes)
+        tuner.nargs = {k: v for k, v in named.items() if k in tuner.arg_names}
+        try:
+            extra = {k: v for k, v in named.items() if k not in tuner.arg_names}
+            pruned = tuner.prune_configs(extra)
+        finally:
+            tuner.nargs = None
+        keep = {tuple(sorted(config_dict(c).items())) for c in pruned}
+        out = [dict(c) for c in self.space_configs if tuple(sorted(c.items())) in keep]
+        return out or [dict(c) for c in self.space_configs]
+
+    def named_args_for(self, axes: Mapping[str, int]) -> dict[str, Any]:
+        """The Triton kernel's named arguments for a case, captured from one launcher call that
+        stops at the launch."""
+        inputs = self.empty_inputs(axes, "cpu")
+        with _Using(self.autotuner, _CAPTURE):
+            try:
+                self.user_launch(*inputs)
+            except _Captured as got:
+                return dict(got.args[0])
+        raise RuntimeError(f"{self.name}: the declared launch did not call the kernel")
+
+    def record_of(self, case: CaseKey, config: Mapping[str, Any], timing: Any, checked: Any,
+                  n_trials: int, device: Any) -> Any:
+        """A record of a config tuned in a user's process: gated and timed as a worker's."""
+        from kernelsearch.db.store import RecordIn
+        from kernelsearch.kernels.device import device_info, versions
+
+        v = versions()
+        return RecordIn(
+            kernel=self.name, axes=case.axes_dict, work=float(self.bytes_moved(case.axes_dict)),
+            device=case.device, device_info=device_info(device), torch_version=v["torch"],
+            triton_version=v["triton"], source_hash=self.source_hash, config=dict(config),
+            latency_median_us=timing.median_us, latency_min_us=timing.min_us,
+            latency_max_us=timing.max_us, latency_iqr_us=timing.iqr_us,
+            timing_method=timing.method, rel_error=checked.max_error, n_trials=n_trials,
+            study_name="tuned-here")
+
+
+def _as_cases(cases: Iterable[Any], axis_names: Sequence[str]) -> tuple[Case, ...]:
+    out = []
+    for i, c in enumerate(cases, start=1):
+        if isinstance(c, Case):
+            out.append(c)
+            continue
+        axes = dict(c) if isinstance(c, Mapping) else dict(zip(axis_names, c))
+        if set(axes) != set(axis_names):
+            raise ValueError(f"cases[{i - 1}]: expected axes {list(axis_names)}, got {axes}")
+        out.append(Case(number=i, axes={k: int(v) for k, v in axes.items()}))
+    return tuple(out)
+
+
+def _jit_of(tuner: Autotuner) -> Any:
+    """The @triton.jit function under the decorator (its JIT cache key is the source identity)."""
+    fn = tuner.fn
+    while not hasattr(fn, "cache_key") and type(fn).__name__ != "InterpretedFunction" \
+            and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn
+
+
+def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., Any],
+            make_inputs: Callable[..., Sequence[Any]], axes: Sequence[str | Axis],
+            input_names: Sequence[str], output_names: Sequence[str],
+            bytes_moved: Callable[[Mapping[str, int]], int], rtol: float,
+            cases: Iterable[Any] = (), reference: Callable[..., Any] | None = None,
+            torch_reference: Callable[..., Any] | None = None,
+            axes_of: Callable[..., Mapping[str, int]] | None = None,
+            check_inputs: Callable[..., None] | None = None,
+            flops: Callable[[Mapping[str, int]], int] | None = None,
+            dtypes: Mapping[str, Any] | None = None,
+            search_space: Sequence[Config] | None = None,
+            description: str = "", benchmark_problem: str = "",
+            register: bool = True, module: str | None = None) -> DecoratedKernel:
+    """The KernelDef of a decorated kernel, registered so that a worker importing the calling
+    module tunes it. `launch(*inputs)` is the user's own function that calls the kernel;
+    `make_inputs(axes, seed=, distribution=, device=)` draws a case's inputs; `reference(*inputs)`
+    gives the outputs to compare with (default: the first config's); `axes` name arguments of the
+    Triton kernel whose values key a record; `dtypes` the tensor arguments' dtypes it covers;
+    `search_space` what a worker searches (default: the decorator's configs); `module` the
+    module a worker imports to see the declaration (default: the caller's)."""
+    if not isinstance(tuner, Autotuner):
+        raise TypeError(f"declare() takes a @kernelsearch.autotune kernel, got {type(tuner).__name__}")
+    kname = name or tuner.kernel_name or f"{tuner.base_fn.__module__}.{tuner.base_fn.__name__}"
+    axis_defs = tuple(a if isinstance(a, Axis) else Axis(str(a), 1, MAX_AXIS) for a in axes)
+    for a in axis_defs:
+        if a.name not in tuner.arg_names:
+            raise ValueError(f"axes: {a.name!r} is not an argument of {tuner.base_fn.__name__} "
+                             f"({', '.join(tuner.arg_names)})")
+    space = [config_dict(c) for c in (search_space or tuner.configs)]
+    if not space:
+        raise ValueError("search_space: give at least one triton.Config")
+    # Every config names the same launch options, so that the kernel's validated (complete)
+    # form of a config is the listed one.
+    opts = [o for o in LAUNCH_OPTIONS if any(o in c for c in space)]
+    space = [{**c, **{o: c.get(o, _LAUNCH_DEFAULTS[o]) for o in opts}} for c in space]
+    module = module or sys._getframe(1).f_globals.get("__name__", launch.__module__)
+    first = tuner.configs[0]
+    ref_fn = reference or tuner.reference
+
+    def kd_launch(*inputs: Any, config: Mapping[str, Any], out: Sequence[Any] | None = None) -> tuple:
+        with tuner.using(config):
+            got = launch(*inputs)
+        kdef.last_compiled = getattr(tuner, "last_launch", None)
+        outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        if out is not None:
+            for o, g in zip(out, outs):
+                o.copy_(g)
+            return tuple(out)
+        return outs
+
+    def first_config_reference(*inputs: Any) -> tuple:
+        outs = kd_launch(*[t.clone() for t in inputs], config=config_dict(first))
+        return tuple(o.double() for o in outs)
+
+    def kd_reference(*inputs: Any) -> tuple:
+        got = ref_fn(*inputs)
+        outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        return tuple(o.double() for o in outs)
+
+    def kd_torch_reference(*inputs: Any) -> tuple:
+        fn = torch_reference or ref_fn or (lambda *i: kd_launch(*i, config=config_dict(first)))
+        got = fn(*inputs)
+        return tuple(got) if isinstance(got, (tuple, list)) else (got,)
+
+    def kd_axes_of(*inputs: Any) -> dict[str, int]:
+        if axes_of is None:
+            raise NotImplementedError(f"{kname}: the declaration gives no axes_of")
+        return dict(axes_of(*inputs))
+
+    kd_launch.__module__ = module
+    kdef = DecoratedKernel(
+        name=kname, description=description or (tuner.base_fn.__doc__ or "").strip().split("\n")[0],
+        benchmark_problem=benchmark_problem, axes=axis_defs, params=params_from_configs(space),
+        cases=_as_cases(cases, [a.name for a in axis_defs]), input_names=tuple(input_names),
+        output_names=tuple(output_names), rtol=float(rtol), make_inputs=make_inputs,
+        reference=kd_reference if ref_fn is not None else first_config_reference,
+        torch_reference=kd_torch_reference, launch=kd_launch, axes_of=kd_axes_of,
+        bytes_moved=bytes_moved, check_inputs=check_inputs or (lambda *i: None),
+        rules=configs_rule(space), autotuner=tuner, space=tuple(space),
+        triton_kernels=(_jit_of(tuner),),
+        dtypes=dict(dtypes or {}), flops=flops, user_launch=launch)
+    tuner.kernel_name = kname
+    tuner.kernel_def = kdef
+    if Options.from_env().prepare:
+        _in_background(BACKENDS.prepare)
+    if register:
+        from kernelsearch.kernels.registry import register as reg
+
+        reg(kdef, replace=True)
+    return kdef

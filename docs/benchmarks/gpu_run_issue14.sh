@@ -9,7 +9,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . || exit 1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
-timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short -n 8 tests/kernels > $OUT/kernel_tests.log 2>&1
+timeout 110 python3 -m pytest -q -p no:cacheprovider --tb=short -n 8 tests/kernels > $OUT/kernel_tests.log 2>&1
 tail -3 $OUT/kernel_tests.log
-timeout 400 python3 docs/benchmarks/issue14_a_large.py --out $OUT --suite \
+timeout 460 python3 docs/benchmarks/issue14_a_large.py --out $OUT --suite \
   --records docs/benchmarks/run16/h200_records.json 2>&1 | tee $OUT/issue14_a_large.txt | grep -v -i warn | tail -80

@@ -890,6 +890,8 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
             check_inputs: Callable[..., None] | None = None,
             flops: Callable[[Mapping[str, int]], int] | None = None,
             dtypes: Mapping[str, Any] | None = None,
+            output_dtypes: Callable[[Mapping[str, int]], Sequence[Any]] | None = None,
+            tolerance: Callable[[Mapping[str, int]], float] | None = None,
             search_space: Sequence[Config] | None = None,
             description: str = "", benchmark_problem: str = "",
             register: bool = True, module: str | None = None) -> DecoratedKernel:
@@ -960,7 +962,8 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
         bytes_moved=bytes_moved, check_inputs=check_inputs or (lambda *i: None),
         rules=configs_rule(space), autotuner=tuner, space=tuple(space),
         triton_kernels=(_jit_of(tuner),),
-        dtypes=dict(dtypes or {}), flops=flops, user_launch=launch)
+        dtypes=dict(dtypes or {}), flops=flops, user_launch=launch, output_dtypes=output_dtypes,
+        tolerance=tolerance)
     tuner.kernel_name = kname
     tuner.kernel_def = kdef
     if Options.from_env().prepare:

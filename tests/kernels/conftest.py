@@ -17,6 +17,11 @@ PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 kernels.registry.load_module("ks_user_axpy")
+# The matmul example as its package declares it (installed or not, the suite always covers it).
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "matmul"
+if str(EXAMPLE) not in sys.path:
+    sys.path.append(str(EXAMPLE))
+kernels.registry.load_module("ks_matmul_example.declaration")
 
 ON_GPU = torch.cuda.is_available()
 
@@ -35,6 +40,8 @@ def _sample_configs(k: KernelDef, n: int, seed: int) -> list[dict]:
     # every value of every parameter at least once, the rest at default
     for p in k.params:
         for v in p.choices:
+            if v in k.off_case.get(p.name, {}):
+                continue  # accepted, but never served as is (the kernel names its replacement)
             cfg = dict(k.default_config)
             for q in k.params:
                 if q.requires and not q.active({**cfg, p.name: v}):
@@ -50,7 +57,8 @@ def _sample_configs(k: KernelDef, n: int, seed: int) -> list[dict]:
     extra: list[dict] = []
     while len(extra) < n and tries < 50 * n:
         tries += 1
-        cfg = {p.name: rng.choice(p.choices) for p in k.params}
+        cfg = {p.name: rng.choice([c for c in p.choices if c not in k.off_case.get(p.name, {})])
+               for p in k.params}
         cfg = {name: v for name, v in cfg.items() if k.param(name).active(cfg)}
         try:
             extra.append(k.validate_config(cfg))

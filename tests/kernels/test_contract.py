@@ -64,7 +64,7 @@ def test_bad_value_named(kdef):
 
 
 def test_bool_is_not_an_int(kdef):
-    ints = [p for p in kdef.params if 1 in p.choices and all(type(c) is int for c in p.choices)]
+    ints = [p for p in kdef.params if all(type(c) is int for c in p.choices)]
     assert ints, "each kernel has an integer parameter (num_warps at least)"
     with pytest.raises(InvalidConfig, match=ints[0].name):
         kdef.validate_config({ints[0].name: True})
@@ -170,7 +170,7 @@ def test_reference_matches_torch_reference(kdef, small_axes):
         pytest.skip(f"{kdef.name} declares no PyTorch reference")
     inputs = kdef.make_inputs(small_axes[2], seed=4)
     for a, b in zip(kdef.torch_reference(*inputs), kdef.reference(*inputs)):
-        assert rel_error(a, b) < 1e-5
+        assert rel_error(a, b) < max(1e-5, kdef.rtol_for(small_axes[2]))
 
 
 def test_bad_inputs_named(kdef, small_axes):
@@ -183,11 +183,17 @@ def test_bad_inputs_named(kdef, small_axes):
         bad[i] = inputs[i].to(torch.float64) if inputs[i].dtype != torch.float64 else inputs[i].float()
         with pytest.raises(ValueError, match=name):
             kdef(*bad)
-    # wrong shape on the last input
-    bad = list(inputs)
-    bad[-1] = inputs[-1][..., :-1].contiguous()
-    with pytest.raises(ValueError, match=names[-1]):
-        kdef(*bad)
+    # a shape that does not fit the others: the last input one column or one row short (one of
+    # the two is always wrong: a matmul's b may lose a column and still fit)
+    refused = []
+    for cut in (lambda t: t[..., :-1], lambda t: t[:-1]):
+        bad = list(inputs)
+        bad[-1] = cut(inputs[-1]).contiguous()
+        try:
+            kdef(*bad)
+        except ValueError as exc:
+            refused.append(str(exc))
+    assert refused and all(any(n in msg for n in names) for msg in refused), refused
     # non-contiguous: the same values every other element of a wider buffer
     i = next(j for j, t in enumerate(inputs) if t.dim() >= 1 and t.shape[-1] > 1)
     t = inputs[i]

@@ -61,6 +61,8 @@ def check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float16 or t.dim() != 2:
             raise ValueError(f"{name}: expected a 2-D float16 tensor")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"b: expected {a.shape[1]} rows (a's columns), got {b.shape[0]}")
 
@@ -82,6 +84,7 @@ KERNEL = matmul_kernel.declare(
     # An fp16 output carries a relative rounding error of 2^-11 per element: the norm of the
     # difference to float64 stays near 3e-4; 2e-3 leaves room for fp32 accumulation order.
     rtol=2e-3,
+    output_dtypes=lambda axes: (torch.float16,),
     bytes_moved=bytes_moved,
     flops=flops,
     cases=SHAPES,

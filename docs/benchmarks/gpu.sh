@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One script for every GPU call (H200, through the device tool): `bash docs/benchmarks/gpu.sh STEP...`
+# runs the named steps in order, each writing under $OUT. docs/benchmarks/RUNS.md logs which steps
+# each call ran and where its output is kept. Wheels in .whl/ (built here: the project, the
+# matmul example and the dependencies the GPU host lacks) are installed first.
+#   identity      source identities (Triton JIT keys) of the registered kernels, as this host computes them
+#   kernel-tests  tests/kernels on the GPU (GPU-marked tests included)
+#   issue14       A from 65,536 to 4,194,304 patches, the suite, the error table of $RECORDS' configs
+#   tune          all 32 suite cases tuned into a fresh database, then exported ($OUT/h200_records.json)
+#   bench         kernelsearch bench with the database's records (eager, compile, default, tuned)
+#   issue13       the matmul example through the service, and triton.autotune vs kernelsearch.autotune
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/ks
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+export KS_DATABASE_URL=${KS_DATABASE_URL:-sqlite:////tmp/ks/kernelsearch.db}
+KS="python3 -m kernelsearch.service.cli"
+RECORDS=${RECORDS:-service/data/h200_records.json}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+for step in "$@"; do
+  echo "== $step $(date +%T)"
+  case $step in
+    identity)
+      python3 -c "from kernelsearch import kernels
+for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | tee $OUT/identity.txt ;;
+    kernel-tests)
+      timeout ${TESTS_S:-110} python3 -m pytest -q -p no:cacheprovider --tb=short -n 8 tests/kernels tests/plugins \
+        > $OUT/kernel_tests.log 2>&1; tail -4 $OUT/kernel_tests.log ;;
+    issue14)
+      timeout ${ISSUE14_S:-400} python3 docs/benchmarks/issue14_a_large.py --out $OUT --records $RECORDS \
+        ${ISSUE14_ARGS:---suite} 2>&1 | grep -v -i warn | tee $OUT/issue14.txt | tail -${TAIL:-60} ;;
+    tune)
+      $KS db upgrade >/dev/null
+      timeout ${TUNE_S:-330} python3 -m kernelsearch.search_space.efficiency --out $OUT/tune --mode throughput \
+        --throughput-trials ${TRIALS:-32} --budget-s ${BUDGET_S:-300} --measure-n 30 --trial-timeout 30 \
+        --db $KS_DATABASE_URL 2>&1 | grep -v -i warn | tail -25
+      $KS records export $OUT/h200_records.json ;;
+    bench)
+      timeout ${BENCH_S:-170} $KS bench --compare-default --n 30 --json $OUT/bench.json \
+        --table $OUT/bench.txt 2>$OUT/bench.err; echo "bench rc=$?"; grep -i mean $OUT/bench.txt ;;
+    issue13)
+      timeout ${ISSUE13_S:-420} bash docs/benchmarks/issue13_matmul.sh 2>&1 | grep -v -i warn | tail -40 ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done

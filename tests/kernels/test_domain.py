@@ -88,7 +88,7 @@ def test_a_fixed_sum_is_right_and_bit_identical_across_the_float32_range(cfg):
     """Gradients scaled from 1e-30 to 1e30 (where a fixed binary point gave zeros, errors of
     3e-4 at 1e-14, and NaN from 1e10): float64 within rtol, the same bits twice."""
     cfg = A.validate_config(cfg)
-    base = A.make_inputs({"total_patches": 300}, seed=11, device="cpu")
+    base = A.make_inputs({"total_patches": 300}, seed=11)  # on the device the kernel runs on
     for s in SCALES:
         x = (base[0] * s, base[1] * s) + base[2:]
         (ref,) = A.reference(*x)
@@ -100,8 +100,7 @@ def test_a_fixed_sum_is_right_and_bit_identical_across_the_float32_range(cfg):
 def test_a_fixed_sum_is_exact_across_programs_where_a_float32_sum_is_not():
     """Two programs' partials of 1e10 that cancel, at opposite ends of the grid: an ordered
     float32 sum loses everything between them, the integer sum keeps it."""
-    gc, gs, pos, inv, emb = (t.clone() for t in A.make_inputs({"total_patches": 160}, seed=2,
-                                                               device="cpu"))
+    gc, gs, pos, inv, emb = (t.clone() for t in A.make_inputs({"total_patches": 160}, seed=2))
     for t in (gc, gs):
         t[:8] *= 1e10
         t[-8:] = -t[:8]

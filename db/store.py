@@ -648,7 +648,8 @@ class Store:
         timeout_s: float | None = None,
         max_queued: int | None = None,
     ) -> JobView:
-        """Queue a job; Conflict when `max_queued` jobs are already waiting."""
+        """Queue a job (or return the identical one already queued or running); Conflict when
+        `max_queued` jobs are already waiting."""
         _check_name(kernel, "kernel")
         _check_name(sampler, "sampler")
         if not isinstance(cases, list) or not cases:
@@ -662,8 +663,22 @@ class Store:
         if max_queued is not None and (not isinstance(max_queued, int) or max_queued < 0):
             raise ValueError(f"max_queued: expected an int >= 0 or None, got {max_queued!r}")
 
+        wanted = [axes_key(c) for c in cases]
+        limit_s = float(timeout_s) if timeout_s is not None else None
+
         def tx(s: Session) -> JobView:
             self._lock_counter(s, "jobs")
+            # A job asking for work an identical job already queued or running will do is that
+            # job: twenty identical submits spend the budget once (a job adds n_trials to each
+            # of its cases' studies, so a duplicate would add them again).
+            kid = self._kernel_id(s, kernel)
+            for same in s.execute(
+                select(Job).where(Job.kernel_id == kid, Job.status.in_(("queued", "running")),
+                                  Job.n_trials == n_trials, Job.sampler == sampler)
+                .order_by(Job.id)
+            ).scalars():
+                if same.timeout_s == limit_s and [axes_key(dict(c)) for c in same.cases] == wanted:
+                    return self._job_view(same, kernel)
             if max_queued is not None:
                 queued = s.execute(select(func.count()).where(Job.status == "queued")).scalar_one()
                 if queued >= max_queued:
@@ -672,7 +687,7 @@ class Store:
                         "wait for some to finish or cancel them"
                     )
             job = Job(
-                kernel_id=self._kernel_id(s, kernel),
+                kernel_id=kid,
                 cases=[dict(c) for c in cases],
                 n_trials=n_trials,
                 sampler=sampler,

@@ -141,12 +141,14 @@ def build_lookups(url: str, device: str) -> list[Lookup]:
         out: list[Lookup] = []
         for r in records:
             kernel = kernels.get_kernel(r.kernel)
-            for axes in (dict(r.axes), {a: v + 1 for a, v in r.axes.items()}):
+            shifted = {a: v + 1 if isinstance(v, int) else v for a, v in r.axes.items()}
+            for axes in (dict(r.axes), shifted):
                 try:
                     axes = kernel.validate_axes(axes)
                 except ValueError:
                     continue
-                found = store.find_best(r.kernel, device, axes, float(kernel.bytes_moved(axes)))
+                found = store.find_best(r.kernel, device, axes, float(kernel.bytes_moved(axes)),
+                                        distance=lambda other, _w, k=kernel, a=axes: k.distance(a, other))
                 if found is None:
                     raise LoadTestError(f"store finds no record for {r.kernel} {axes}")
                 rec, match = found

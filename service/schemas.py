@@ -41,9 +41,12 @@ class Unhealthy(BaseModel):
 
 
 class AxisOut(BaseModel):
+    """A size axis has a range; a categorical one (a dtype, say) its choices."""
+
     name: str
-    minimum: int
-    maximum: int
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: list[str] | None = None
     doc: str = ""
 
 

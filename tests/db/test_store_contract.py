@@ -18,6 +18,20 @@ CASES = [{"total_patches": 64}, {"total_patches": 128}]
 # ----------------------------------------------------------------------------- jobs
 
 
+def test_identical_job_while_one_is_active_is_that_job(store: Store) -> None:
+    cases = [{"seq_len": 8}, {"seq_len": 16}]
+    first = store.create_job("k", cases, 4, "tpe")
+    assert store.create_job("k", [dict(c) for c in cases], 4, "tpe").id == first.id
+    assert store.create_job("k", cases, 5, "tpe").id != first.id  # another budget
+    assert store.create_job("k", cases[::-1], 4, "tpe").id != first.id  # another order of work
+    assert store.create_job("k", cases, 4, "random").id != first.id
+    claimed = store.claim_job("w1", lease_seconds=60)
+    assert claimed is not None and claimed.id == first.id
+    assert store.create_job("k", cases, 4, "tpe").id == first.id  # running: still that job
+    assert store.finish_job(first.id, "w1", "succeeded") is True
+    assert store.create_job("k", cases, 4, "tpe").id != first.id  # done: a new job adds trials
+
+
 def test_job_lifecycle(store: Store) -> None:
     job = store.create_job(KERNEL, CASES, n_trials=5, sampler="tpe", timeout_s=30)
     assert (job.status, job.trials_done, job.attempts, job.owner) == ("queued", 0, 0, None)

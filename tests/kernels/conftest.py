@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,13 @@ ON_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU; the same checks run under the interpreter")
 
 
-@pytest.fixture(params=kernels.kernel_names(), ids=lambda n: n)
+# Every kernel a user could install or declare: the entry points' and the two plugins above
+# (not the test-only kernels other test modules register in the same process).
+CONTRACT_KERNELS = sorted({ep.name for ep in entry_points(group=kernels.registry.ENTRY_POINT_GROUP)}
+                          | {"ks_user_axpy", "triton_tutorial_matmul"})
+
+
+@pytest.fixture(params=CONTRACT_KERNELS, ids=lambda n: n)
 def kdef(request) -> KernelDef:
     return kernels.get_kernel(request.param)
 

@@ -104,14 +104,16 @@ def test_identical_jobs_at_once_spend_each_study_once(pg_store, pg_url, procs):
     with ThreadPoolExecutor(10) as pool:
         jobs = list(pool.map(lambda _: pg_store.create_job(KERNEL, cases, n_trials, "random").id,
                              range(10)))
-    final = wait_final(pg_store, jobs, 200, procs)
+    final = wait_final(pg_store, sorted(set(jobs)), 200, procs)
     studies = _studies(pg_store, pg_url, cases, n_trials)
     print_figures("10 identical jobs, 2 workers", {
+        "distinct jobs queued": len(set(jobs)),
         "jobs survived": f"{sum(j.status == 'succeeded' for j in final)} of {len(final)}",
         "trials_done per job": [j.trials_done for j in final],
         "owners": sorted({j.owner for j in final}),
         "studies": studies,
     })
+    assert len(set(jobs)) == 1, "identical submits while one is queued are that one job"
     assert all(j.status == "succeeded" for j in final), [(j.id, j.error) for j in final]
     _assert_exact(studies, n_trials, procs)
     assert len(pg_store.list_records(kernel=KERNEL)) == len(cases)

@@ -193,10 +193,13 @@ def test_job_limits(store) -> None:
         assert r.status_code == 422 and "KS_MAX_TRIALS_PER_JOB" in r.json()["detail"]
         r = c.post("/v1/jobs", json={"kernel": KB, "cases": "all", "n_trials": 1})
         assert r.status_code == 422 and "KS_MAX_CASES_PER_JOB" in r.json()["detail"]
-        one = {"kernel": KB, "cases": [{"seq_len": 2}], "n_trials": 1}
-        assert c.post("/v1/jobs", json=one).status_code == 202
-        assert c.post("/v1/jobs", json=one).status_code == 202
-        r = c.post("/v1/jobs", json=one)
+        first = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 2}], "n_trials": 1})
+        assert first.status_code == 202
+        again = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 2}], "n_trials": 1})
+        assert again.status_code == 202 and again.json()["id"] == first.json()["id"]  # deduplicated
+        assert c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 3}],
+                                        "n_trials": 1}).status_code == 202
+        r = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 4}], "n_trials": 1})
         assert r.status_code == 429 and "queued" in r.json()["detail"]
 
 

@@ -63,7 +63,7 @@ def test_client_jobs(server: LiveServer) -> None:
             c.submit_job(KB, [{"seq_len": 0}], n_trials=1)
         c.submit_job(KB, "all", n_trials=1)
         with pytest.raises(TooManyRequests, match="already queued"):
-            c.submit_job(KB, "all", n_trials=1)
+            c.submit_job(KB, "all", n_trials=2)
         assert c.cancel(job["id"])["status"] == "cancelled"
         assert c.wait(job["id"], timeout=5)["status"] == "cancelled"
         with pytest.raises(NotFound):

@@ -90,14 +90,18 @@ def synthetic_configs(kernel: Any, n: int) -> list[dict[str, Any]]:
 
 
 def seed_synthetic(url: str, device: str) -> int:
-    """Store one record per suite case of every kernel on `device`; returns the count."""
+    """Store one record per suite case of every installed kernel (entry points: what the server
+    it starts knows too) on `device`; returns the count."""
+    from importlib.metadata import entry_points
+
     from kernelsearch import kernels
     from kernelsearch.db.store import RecordIn, Store
 
     store = Store(url)
     n = 0
     try:
-        for kernel in kernels.all_kernels().values():
+        installed = sorted({ep.name for ep in entry_points(group=kernels.registry.ENTRY_POINT_GROUP)})
+        for kernel in (kernels.get_kernel(name) for name in installed):
             configs = synthetic_configs(kernel, len(kernel.cases))
             for i, case in enumerate(kernel.cases):
                 lat = 5.0 + i

@@ -1,6 +1,8 @@
 """Functions run in spawned processes by test_concurrency (module-level so spawn can import them)."""
 from __future__ import annotations
 
+import os
+
 import time
 
 from helpers import make_record
@@ -52,9 +54,10 @@ def create_limited(url: str, n: int, limit: int, start_at: float) -> int:
     with Store(url) as store:
         store.ping()
         _wait(start_at)
-        for _ in range(n):
-            try:
-                store.create_job("k", [{"seq_len": 1}], 1, "tpe", max_queued=limit)
+        for i in range(n):
+            try:  # distinct jobs (identical ones while one is queued are that one)
+                store.create_job("k", [{"seq_len": 1 + i}, {"seq_len": os.getpid()}], 1, "tpe",
+                                 max_queued=limit)
                 ok += 1
             except Conflict:
                 pass

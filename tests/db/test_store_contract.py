@@ -63,7 +63,7 @@ def test_job_lifecycle(store: Store) -> None:
 
 def test_claim_takes_oldest_and_reclaims_stale_lease(store: Store) -> None:
     a = store.create_job(KERNEL, CASES[:1], 2, "random")
-    b = store.create_job(KERNEL, CASES[:1], 2, "random")
+    b = store.create_job(KERNEL, CASES[:1], 3, "random")  # an identical job would be `a`
     assert store.claim_job("w1", 60).id == a.id
     assert store.claim_job("w2", 60).id == b.id
     assert store.claim_job("w3", 60) is None
@@ -79,7 +79,7 @@ def test_claim_takes_oldest_and_reclaims_stale_lease(store: Store) -> None:
 
 def test_cancel(store: Store) -> None:
     queued = store.create_job(KERNEL, CASES, 2, "tpe")
-    running = store.create_job(KERNEL, CASES, 2, "tpe")
+    running = store.create_job(KERNEL, CASES, 3, "tpe")
     assert store.cancel_job(queued.id).status == "cancelled"
     assert store.claim_job("w", 60).id == running.id, "a cancelled job is never claimed"
     assert store.cancel_job(running.id).status == "cancelled"
@@ -87,20 +87,20 @@ def test_cancel(store: Store) -> None:
     assert store.finish_job(running.id, "w", "succeeded") is False
     assert store.get_job(running.id).status == "cancelled"
     assert store.cancel_job(987654) is None
-    finished = store.create_job(KERNEL, CASES, 2, "tpe")
+    finished = store.create_job(KERNEL, CASES, 4, "tpe")
     store.claim_job("w", 60)
     store.finish_job(finished.id, "w", "succeeded")
     assert store.cancel_job(finished.id).status == "succeeded"
 
 
 def test_list_count_and_queue_limit(store: Store) -> None:
-    ids = [store.create_job(KERNEL, CASES, 1, "tpe", max_queued=3).id for _ in range(3)]
+    ids = [store.create_job(KERNEL, CASES, n, "tpe", max_queued=3).id for n in (1, 2, 3)]
     with pytest.raises(Conflict, match="already queued"):
-        store.create_job(KERNEL, CASES, 1, "tpe", max_queued=3)
+        store.create_job(KERNEL, CASES, 4, "tpe", max_queued=3)
     assert store.count_jobs() == 3 and store.count_jobs("queued") == 3
     store.claim_job("w", 60)
     assert store.count_jobs("queued") == 2 and store.count_jobs("running") == 1
-    store.create_job(KERNEL, CASES, 1, "tpe", max_queued=3)
+    store.create_job(KERNEL, CASES, 5, "tpe", max_queued=3)
     assert [j.id for j in store.list_jobs()][1:] == ids[::-1], "newest first"
     assert [j.id for j in store.list_jobs(status="running")] == [ids[0]]
     assert len(store.list_jobs(limit=2)) == 2

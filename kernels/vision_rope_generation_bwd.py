@@ -7,7 +7,7 @@ One launch per call, deterministic: each program folds its patches into an 18-ve
 then takes a ticket from a self-resetting counter; the program holding the last ticket sums the
 partials in program order (`ticket2`: the same in groups of 32 programs, then over the groups).
 
-`fixed` (the default) adds each partial exactly into a long fixed-point accumulator that spans
+`fixed` adds each partial exactly into a long fixed-point accumulator that spans
 the whole float32 range (bits 2^-149 to 2^139: nine 32-bit digits per output), with integer
 atomics: integer sums do not depend on arrival order, so the result is the same bits every call
 without partials to read back or a fence. Why nine digits rather than a window: a float32
@@ -21,7 +21,7 @@ output rounded once; a NaN or Inf partial makes the output NaN. No memset, no at
 output. `SLOTS=spread` puts each of the 180 words in its own 128-byte line, so that the grid's
 atomics on one output do not all queue at one L2 slice.
 
-`hybrid` keeps the common case at the cost of a 3-digit fixed point (52 fraction bits, four words
+`hybrid` (the default) keeps the common case at the cost of a 3-digit fixed point (52 fraction bits, four words
 per output, one vector atomic, no fence) and sends the rest through an ordered float64 sum: a
 partial p with 2^-29 <= |p| < 2^43 (or 0) is an integer number of 2^-52 below 2^95, so it adds
 exactly. A program with any other partial (tiny, huge, NaN/Inf) stores those in its own row of a
@@ -405,7 +405,7 @@ PARAMS = (
     Param("TILES", (1, 2, 4, 8, 16, 32, 64), 1, "tiles each program folds before the cross-program sum "
           "(with REDUCE=fixed or hybrid, more when the grid would pass 32767 programs)",
           requires={"REDUCE": _MULTI, "GRID": ("tiles",)}),
-    Param("REDUCE", ("ticket", "ticket2", "fixed", "hybrid", "single"), "fixed",
+    Param("REDUCE", ("ticket", "ticket2", "fixed", "hybrid", "single"), "hybrid",
           "cross-program reduction: the last-arriving program sums the partials in order, the same "
           "in two levels (groups of 32 programs, then the groups), fixed-point integer atomics whose "
           "last adder writes each output (exact over the float32 range), a 3-digit fixed point for "

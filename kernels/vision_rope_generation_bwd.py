@@ -366,6 +366,7 @@ def _hybrid_sum(part, slots_ptr, rows_ptr, out_ptr, pid, n_prog, STRIDE: tl.cons
         u = (d0.to(tl.float64) * 2.3283064365386963e-10 + d1.to(tl.float64)) * 2.3283064365386963e-10
         total = (u + s.to(tl.float64)) * 4096.0  # s counts units of 2^(64 - 52)
         need = fin & (tl.sum(tl.where(w == 3, sums, 0), axis=1) > 0)
+        tl.store(words, tl.zeros([32, 4], dtype=tl.int64), mask=fin[:, None])
         extra = tl.zeros([32], dtype=tl.float64)
         if tl.max(need.to(tl.int32), axis=0) > 0:
             _fence(pid, ASM)
@@ -383,7 +384,6 @@ def _hybrid_sum(part, slots_ptr, rows_ptr, out_ptr, pid, n_prog, STRIDE: tl.cons
         poisoned = (extra != extra) | (tl.abs(extra) == float("inf"))
         res = tl.where(poisoned, float("nan"), (total + extra).to(tl.float32))
         tl.store(out_ptr + j, res, mask=fin)
-        tl.store(words, tl.zeros([32, 4], dtype=tl.int64), mask=fin[:, None])
 
 
 @triton.jit
@@ -509,10 +509,14 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
     # The last program sums the partials (or the group sums) in blocks of RB rows. Two sizes
     # only, so that a config compiles at most twice over all shapes: one round of L2 reads up to
     # 32 rows per warp, then blocks of 128 per warp (four rows of registers per thread). The
-    # hybrid sum's rare out-of-range scan reads rows in blocks of 32 per warp, once compiled.
+    # hybrid sum's rare out-of-range scan reads two rows per warp at a time: wider blocks cost
+    # the whole kernel registers (sm_90, 16 patches, 4 warps: 96 as the fixed sums with blocks of
+    # 8 rows, 106 with 16 or 32, 159 with 128).
     nw = config["num_warps"]
     n_rows = n_groups if two_level else n_prog
     rb = 32 * nw if n_rows <= 32 * nw or fixed else 128 * nw
+    if config["REDUCE"] == "hybrid":
+        rb = 2 * nw
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, slots, flag_rows, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],

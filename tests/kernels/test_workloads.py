@@ -112,6 +112,53 @@ def test_a_fixed_sum_folds_more_tiles_past_its_program_limit(monkeypatch, reduce
     assert grids and all(g == (4,) for g in grids)  # 38 tiles, 10 per program
 
 
+_PTX = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "0"
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernelsearch.kernels import vision_rope_generation_bwd as mod
+
+k = mod._rope_gen_bwd_kernel
+ptrs = {"gc_ptr": "*fp32", "gs_ptr": "*fp32", "pos_ptr": "*i64", "emb_ptr": "*fp32",
+        "out_ptr": "*fp32", "ws_ptr": "*fp32", "counter_ptr": "*i32", "slots_ptr": "*i64",
+        "rows_ptr": "*fp32", "P": "i32", "n_tiles": "i32"}
+const = dict(BLOCK_P=16, TILES=1, REDUCE="hybrid", COLS="quarters", TRIG="approx_rr", ASM=True,
+             RB=8, PIPELINE="none", GROUP=32, SLOT_STRIDE=16, PERSISTENT=False, WORD_STRIDE=1)
+sig = {n: ptrs.get(n, "constexpr") for n in k.arg_names}
+src = ASTSource(k, sig, constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
+cc = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+sys.stdout.write(cc.asm["ptx"])
+"""
+
+
+def test_a_hybrid_sum_ptx_fences_only_around_the_flagged_rows():
+    """Compiled for sm_90 without a GPU: one relaxed 64-bit atomic instruction per thread (all
+    words of all outputs), a release fence after the flagged row's store and a barrier and
+    before that atomic, an acquire fence before the rows' L2 reads, and no other fence."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    got = subprocess.run([sys.executable, "-c", _PTX], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert got.returncode == 0, got.stderr[-2000:]
+    ops = [ln.strip() for ln in got.stdout.splitlines()
+           if any(k in ln for k in ("fence", "membar", "atom.", "st.global", "bar.sync",
+                                    "ld.global.cg"))]
+    fences = [i for i, op in enumerate(ops) if "fence" in op or "membar" in op]
+    atoms = [i for i, op in enumerate(ops) if "atom." in op]
+    assert [ops[i] for i in fences] == ["fence.acq_rel.gpu;"] * 2
+    assert len(atoms) == 1 and "atom.global.gpu.relaxed.add.u64" in ops[atoms[0]]
+    release, acquire = fences
+    assert "bar.sync" in ops[release - 1] and "st.global" in ops[release - 2]
+    assert release < atoms[0] < acquire
+    after = [op for op in ops[acquire + 1:] if "bar.sync" not in op]
+    assert "bar.sync" in ops[acquire + 1] and "ld.global.cg" in after[0]
+
+
 def test_a_prefetch_register_rule():
     with pytest.raises(ValueError, match="PIPELINE"):
         A.validate_config({"PIPELINE": "prefetch", "BLOCK_P": 64, "num_warps": 2, "TILES": 2})

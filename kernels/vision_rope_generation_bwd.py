@@ -21,16 +21,16 @@ output rounded once; a NaN or Inf partial makes the output NaN. No memset, no at
 output. `SLOTS=spread` puts each of the 180 words in its own 128-byte line, so that the grid's
 atomics on one output do not all queue at one L2 slice.
 
-`hybrid` (the default) keeps the common case at the cost of a 3-digit fixed point (52 fraction bits, four words
-per output, one vector atomic, no fence) and sends the rest through an ordered float64 sum: a
-partial p with 2^-29 <= |p| < 2^43 (or 0) is an integer number of 2^-52 below 2^95, so it adds
-exactly. A program with any other partial (tiny, huge, NaN/Inf) stores those in its own row of a
-zeroed workspace, fences (release), then adds zero for them and counts itself in the output's
-fourth word. An output's finisher sees that count in its own atomic's return: zero, and it writes
-the integer sum as the old fixed point did; otherwise it fences (acquire), adds the nonzero rows of
-its column in program order in float64 to the exact integer sum, and zeroes them again. The
-integer part does not depend on arrival order and the float64 part runs in a fixed order over a
-set the data decides, so the bits are the same every call.
+`hybrid` (the default) keeps the common case at the cost of a 3-digit fixed point (52 fraction
+bits, four words per output, one vector atomic, no fence) and sends the rest through an ordered
+float64 sum: a partial p with 2^-29 <= |p| < 2^43 (or 0) is an integer number of 2^-52 below 2^95,
+so it adds exactly. A program with any other partial (tiny, huge, NaN/Inf) stores those in its own
+row of a zeroed workspace, fences (release), then adds zero for them and counts itself in the
+output's fourth word. An output's finisher sees that count in its own atomic's return: zero, and
+it writes the integer sum as the old fixed point did; otherwise it fences (acquire), adds the
+nonzero rows of its column in program order in float64 to the exact integer sum, and zeroes them
+again. The integer part does not depend on arrival order and the float64 part runs in a fixed
+order over a set the data decides, so the bits are the same every call.
 
 `GRID=persistent` runs PROGRAMS_PER_SM programs per multiprocessor, each striding over the tiles,
 so the cross-program sum costs a fixed number of atomics however large the input.
@@ -65,11 +65,8 @@ FIXED_STRIDE = 16
 FIXED_WORDS = 10
 FIXED_MAX_PROGRAMS = (1 << 15) - 1
 # REDUCE="hybrid": four words per output (three digit sums, then the arrival count with the count
-# of programs whose partial fell outside [HYBRID_LO, HYBRID_HI) above it), at the same places as
-# the fixed sum's first four; such partials wait in a zeroed [programs, 32] float32 workspace.
-HYBRID_WORDS = 4
-HYBRID_LO = 2.0 ** -29
-HYBRID_HI = 2.0 ** 43
+# of programs whose partial fell outside [2^-29, 2^43) above it), at the same places as the fixed
+# sum's first four; such partials wait in a zeroed [programs, 32] float32 workspace.
 
 
 @triton.jit
@@ -363,7 +360,8 @@ def _hybrid_sum(part, slots_ptr, rows_ptr, out_ptr, pid, n_prog, STRIDE: tl.cons
         s = tl.sum(tl.where(w == 1, sums, 0), axis=1) + ((s - d0) >> 32)
         d1 = ((s + 2147483648) & 0xFFFFFFFF) - 2147483648
         s = tl.sum(tl.where(w == 2, sums, 0), axis=1) + ((s - d1) >> 32)
-        u = (d0.to(tl.float64) * 2.3283064365386963e-10 + d1.to(tl.float64)) * 2.3283064365386963e-10
+        u = d0.to(tl.float64) * 2.3283064365386963e-10 + d1.to(tl.float64)  # 2^-32
+        u = u * 2.3283064365386963e-10
         total = (u + s.to(tl.float64)) * 4096.0  # s counts units of 2^(64 - 52)
         need = fin & (tl.sum(tl.where(w == 3, sums, 0), axis=1) > 0)
         tl.store(words, tl.zeros([32, 4], dtype=tl.int64), mask=fin[:, None])

@@ -371,13 +371,17 @@ def _hybrid_sum(part, slots_ptr, rows_ptr, out_ptr, pid, n_prog, STRIDE: tl.cons
             tl.debug_barrier()
             rr = tl.arange(0, RB)[:, None]
             acc = tl.zeros([RB, 32], dtype=tl.float64)
-            for b in range(0, n_prog, RB):
-                at = rows_ptr + (b + rr) * 32 + j[None, :]
+            # Loads only, unrolled: several blocks in flight instead of one L2 round trip each.
+            for b in tl.range(0, n_prog, RB, loop_unroll_factor=4):
                 msk = ((b + rr) < n_prog) & need[None, :]
-                v = tl.load(at, mask=msk, other=0.0, cache_modifier=".cg")
+                v = tl.load(rows_ptr + (b + rr) * 32 + j[None, :], mask=msk, other=0.0,
+                            cache_modifier=".cg")
                 acc += v.to(tl.float64)
-                tl.store(at, tl.zeros([RB, 32], dtype=tl.float32), mask=msk & (v != 0.0))
             extra = tl.sum(acc, axis=0)
+            # Then the column back to zero, stores only (nothing waits on them).
+            for b in range(0, n_prog, RB):
+                tl.store(rows_ptr + (b + rr) * 32 + j[None, :], tl.zeros([RB, 32], dtype=tl.float32),
+                         mask=((b + rr) < n_prog) & need[None, :])
         # Finite float32 partials cannot overflow a float64 sum: a non-finite one was NaN/Inf.
         poisoned = (extra != extra) | (tl.abs(extra) == float("inf"))
         res = tl.where(poisoned, float("nan"), (total + extra).to(tl.float32))

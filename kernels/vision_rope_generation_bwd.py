@@ -28,7 +28,7 @@ so it adds exactly. A program with any other partial (tiny, huge, NaN/Inf) store
 row of a zeroed workspace, fences (release), then adds zero for them and counts itself in the
 output's fourth word. An output's finisher sees that count in its own atomic's return: zero, and
 it writes the integer sum as the old fixed point did; otherwise it fences (acquire), adds the
-nonzero rows of its column in program order in float64 to the exact integer sum, and zeroes them
+rows of its column in float64, in a fixed order, to the exact integer sum, and zeroes them
 again. The integer part does not depend on arrival order and the float64 part runs in a fixed
 order over a set the data decides, so the bits are the same every call.
 

@@ -7,7 +7,7 @@ One launch per call, deterministic: each program folds its patches into an 18-ve
 then takes a ticket from a self-resetting counter; the program holding the last ticket sums the
 partials in program order (`ticket2`: the same in groups of 32 programs, then over the groups).
 
-`fixed` (the default) adds each partial exactly into a long fixed-point accumulator that spans
+`fixed` adds each partial exactly into a long fixed-point accumulator that spans
 the whole float32 range (bits 2^-149 to 2^139: nine 32-bit digits per output), with integer
 atomics: integer sums do not depend on arrival order, so the result is the same bits every call
 without partials to read back or a fence. Why nine digits rather than a window: a float32
@@ -20,6 +20,17 @@ its carries into balanced digits (so the float64 combination never cancels) and 
 output rounded once; a NaN or Inf partial makes the output NaN. No memset, no atomics on the
 output. `SLOTS=spread` puts each of the 180 words in its own 128-byte line, so that the grid's
 atomics on one output do not all queue at one L2 slice.
+
+`hybrid` (the default) keeps the common case at the cost of a 3-digit fixed point (52 fraction
+bits, four words per output, one vector atomic, no fence) and sends the rest through an ordered
+float64 sum: a partial p with 2^-29 <= |p| < 2^43 (or 0) is an integer number of 2^-52 below 2^95,
+so it adds exactly. A program with any other partial (tiny, huge, NaN/Inf) stores those in its own
+row of a zeroed workspace, fences (release), then adds zero for them and counts itself in the
+output's fourth word. An output's finisher sees that count in its own atomic's return: zero, and
+it writes the integer sum as the old fixed point did; otherwise it fences (acquire), adds the
+rows of its column in float64, in a fixed order, to the exact integer sum, and zeroes them
+again. The integer part does not depend on arrival order and the float64 part runs in a fixed
+order over a set the data decides, so the bits are the same every call.
 
 `GRID=persistent` runs PROGRAMS_PER_SM programs per multiprocessor, each striding over the tiles,
 so the cross-program sum costs a fixed number of atomics however large the input.
@@ -53,6 +64,9 @@ GROUP = 32  # programs per first-level group of the two-level ticket
 FIXED_STRIDE = 16
 FIXED_WORDS = 10
 FIXED_MAX_PROGRAMS = (1 << 15) - 1
+# REDUCE="hybrid": four words per output (three digit sums, then the arrival count with the count
+# of programs whose partial fell outside [2^-29, 2^43) above it), at the same places as the fixed
+# sum's first four; such partials wait in a zeroed [programs, 32] float32 workspace.
 
 
 @triton.jit
@@ -121,7 +135,7 @@ def _fold_tile(acc, acc_t, e, gs, gc, w, e_t, gs_t, gc_t, pos_b,
 # Shapes vary per case; specialising on them would recompile every config for every case.
 @triton.jit(do_not_specialize=["P", "n_tiles"])
 def _rope_gen_bwd_kernel(
-    gc_ptr, gs_ptr, pos_ptr, emb_ptr, out_ptr, ws_ptr, counter_ptr, slots_ptr,
+    gc_ptr, gs_ptr, pos_ptr, emb_ptr, out_ptr, ws_ptr, counter_ptr, slots_ptr, rows_ptr,
     P, n_tiles,
     BLOCK_P: tl.constexpr, TILES: tl.constexpr, REDUCE: tl.constexpr, COLS: tl.constexpr,
     TRIG: tl.constexpr, ASM: tl.constexpr, RB: tl.constexpr, PIPELINE: tl.constexpr,
@@ -190,6 +204,9 @@ def _rope_gen_bwd_kernel(
         tl.store(out_ptr + j, part, mask=j < 18)
     elif REDUCE == "fixed":
         _fixed_sum(part, slots_ptr, out_ptr, tl.num_programs(0), SLOT_STRIDE, WORD_STRIDE)
+    elif REDUCE == "hybrid":
+        _hybrid_sum(part, slots_ptr, rows_ptr, out_ptr, pid, tl.num_programs(0), SLOT_STRIDE,
+                    WORD_STRIDE, RB, ASM)
     elif REDUCE == "ticket":
         n_prog = tl.num_programs(0)
         tl.store(ws_ptr + pid * 32 + j, part)
@@ -283,6 +300,95 @@ def _fixed_sum(part, slots_ptr, out_ptr, n_prog, STRIDE: tl.constexpr, WSTRIDE: 
 
 
 @triton.jit
+def _fence(x, ASM: tl.constexpr):
+    """fence.acq_rel.gpu: the interpreter runs one program at a time and needs none."""
+    if ASM:
+        tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, $1;", "=r,r", [x],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _hybrid_sum(part, slots_ptr, rows_ptr, out_ptr, pid, n_prog, STRIDE: tl.constexpr,
+                WSTRIDE: tl.constexpr, RB: tl.constexpr, ASM: tl.constexpr):
+    """The fixed sum's fast path for partials it holds exactly, an ordered float64 sum for the rest.
+
+    In range, x = |p| * 2^52 is an integer below 2^95 (float32 scaling and subtraction are exact
+    here): three digits below 2^32, signed by p, each added shifted past a 16-bit arrival count.
+    Word 3 adds the out-of-range flag the same way. A flagged program's row is visible before
+    its atomics (store, barrier, release fence), so the finisher that sees the flag count after
+    its own atomic and an acquire fence reads every flagged row."""
+    j = tl.arange(0, 32)
+    live = j < 18
+    w = tl.arange(0, 4)[None, :]  # 0: low digit, 1: middle, 2: high, 3: flags
+    words = slots_ptr + j[:, None] * STRIDE + w * WSTRIDE
+    a = tl.abs(part)
+    inr = (a == 0.0) | ((a >= 1.862645149230957e-09) & (a < 8796093022208.0))  # 2^-29, 2^43
+    oor = live & ~inr
+    if tl.max(oor.to(tl.int32), axis=0) > 0:
+        tl.store(rows_ptr + pid * 32 + j, tl.where(oor, part, 0.0), mask=live)
+        tl.debug_barrier()
+        _fence(pid, ASM)
+    x = tl.where(inr, a, 0.0) * 4503599627370496.0  # 2^52
+    h = tl.floor(x * 5.421010862427522e-20)  # 2^-64
+    r = x - h * 18446744073709551616.0
+    m = tl.floor(r * 2.3283064365386963e-10)  # 2^-32
+    lo_f = r - m * 4294967296.0
+    sign = tl.where(part < 0, -1, 1).to(tl.int64)
+    digit = tl.where(w == 0, (lo_f.to(tl.int64) * sign)[:, None],
+                     tl.where(w == 1, (m.to(tl.int64) * sign)[:, None],
+                              tl.where(w == 2, (h.to(tl.int64) * sign)[:, None],
+                                       oor.to(tl.int64)[:, None])))
+    inc = (digit << 16) + 1
+    old = tl.atomic_add(words, inc, mask=live[:, None], sem="relaxed", scope="gpu")
+    new = old + inc
+    fin = live & ((tl.sum(tl.where(w == 3, new, 0), axis=1) & 0xFFFF) == n_prog)
+    if tl.max(fin.to(tl.int32), axis=0) > 0:
+        # Every program has added its word 3; its other words went out in the same instruction
+        # and are in flight at worst: read them back until their counts are whole.
+        done = ~fin[:, None] | ((new & 0xFFFF) == n_prog)
+        if tl.min(tl.min(done.to(tl.int32), axis=1), axis=0) == 0:
+            pending = 1
+            while pending > 0:
+                cur = tl.load(words, mask=fin[:, None], other=0, volatile=True)
+                ok = ~fin[:, None] | ((cur & 0xFFFF) == n_prog)
+                pending = tl.sum(tl.sum((~ok).to(tl.int32), axis=1), axis=0)
+            new = tl.load(words, mask=fin[:, None], other=0, volatile=True)
+        sums = new >> 16
+        # Balanced digits from the bottom (as in _fixed_sum): the float64 Horner sum never cancels.
+        s = tl.sum(tl.where(w == 0, sums, 0), axis=1)
+        d0 = ((s + 2147483648) & 0xFFFFFFFF) - 2147483648
+        s = tl.sum(tl.where(w == 1, sums, 0), axis=1) + ((s - d0) >> 32)
+        d1 = ((s + 2147483648) & 0xFFFFFFFF) - 2147483648
+        s = tl.sum(tl.where(w == 2, sums, 0), axis=1) + ((s - d1) >> 32)
+        u = d0.to(tl.float64) * 2.3283064365386963e-10 + d1.to(tl.float64)  # 2^-32
+        u = u * 2.3283064365386963e-10
+        total = (u + s.to(tl.float64)) * 4096.0  # s counts units of 2^(64 - 52)
+        need = fin & (tl.sum(tl.where(w == 3, sums, 0), axis=1) > 0)
+        tl.store(words, tl.zeros([32, 4], dtype=tl.int64), mask=fin[:, None])
+        extra = tl.zeros([32], dtype=tl.float64)
+        if tl.max(need.to(tl.int32), axis=0) > 0:
+            _fence(pid, ASM)
+            tl.debug_barrier()
+            rr = tl.arange(0, RB)[:, None]
+            acc = tl.zeros([RB, 32], dtype=tl.float64)
+            # Loads only, unrolled: several blocks in flight instead of one L2 round trip each.
+            for b in tl.range(0, n_prog, RB, loop_unroll_factor=4):
+                msk = ((b + rr) < n_prog) & need[None, :]
+                v = tl.load(rows_ptr + (b + rr) * 32 + j[None, :], mask=msk, other=0.0,
+                            cache_modifier=".cg")
+                acc += v.to(tl.float64)
+            extra = tl.sum(acc, axis=0)
+            # Then the column back to zero, stores only (nothing waits on them).
+            for b in range(0, n_prog, RB):
+                tl.store(rows_ptr + (b + rr) * 32 + j[None, :], tl.zeros([RB, 32], dtype=tl.float32),
+                         mask=((b + rr) < n_prog) & need[None, :])
+        # Finite float32 partials cannot overflow a float64 sum: a non-finite one was NaN/Inf.
+        poisoned = (extra != extra) | (tl.abs(extra) == float("inf"))
+        res = tl.where(poisoned, float("nan"), (total + extra).to(tl.float32))
+        tl.store(out_ptr + j, res, mask=fin)
+
+
+@triton.jit
 def _sum_rows(src_ptr, out_ptr, n_rows, RB: tl.constexpr):
     """Sum n_rows partials of 32 floats in row order (the same bits every call) into out[:18]."""
     j = tl.arange(0, 32)
@@ -295,23 +401,27 @@ def _sum_rows(src_ptr, out_ptr, n_rows, RB: tl.constexpr):
     tl.store(out_ptr + j, tl.sum(total, axis=0), mask=j < 18)
 
 
+_MULTI = ("ticket", "ticket2", "fixed", "hybrid")  # the reductions over several programs
 PARAMS = (
     Param("BLOCK_P", (8, 16, 32, 64, 128, 256, 512), 16, "patches per tile"),
     Param("TILES", (1, 2, 4, 8, 16, 32, 64), 1, "tiles each program folds before the cross-program sum "
-          "(with REDUCE=fixed, more when the grid would pass 32767 programs)",
-          requires={"REDUCE": ("ticket", "ticket2", "fixed"), "GRID": ("tiles",)}),
-    Param("REDUCE", ("ticket", "ticket2", "fixed", "single"), "fixed",
+          "(with REDUCE=fixed or hybrid, more when the grid would pass 32767 programs)",
+          requires={"REDUCE": _MULTI, "GRID": ("tiles",)}),
+    Param("REDUCE", ("ticket", "ticket2", "fixed", "hybrid", "single"), "hybrid",
           "cross-program reduction: the last-arriving program sums the partials in order, the same "
           "in two levels (groups of 32 programs, then the groups), fixed-point integer atomics whose "
-          "last adder writes each output (exact over the float32 range), or one program does all"),
+          "last adder writes each output (exact over the float32 range), a 3-digit fixed point for "
+          "the partials it holds exactly plus an ordered float64 sum of the rest, or one program "
+          "does all"),
     Param("SLOTS", ("line", "spread"), "line",
-          "fixed sum's words: an output's ten in one 128-byte line, or each word in its own line "
-          "(fewer atomics queue at one L2 slice)", requires={"REDUCE": ("fixed",)}),
+          "fixed or hybrid sum's words: an output's ten (four) in one 128-byte line, or each word "
+          "in its own line (fewer atomics queue at one L2 slice)",
+          requires={"REDUCE": ("fixed", "hybrid")}),
     Param("GRID", ("tiles", "persistent"), "tiles",
           "TILES consecutive tiles per program, or PROGRAMS_PER_SM programs per multiprocessor "
-          "striding over all tiles", requires={"REDUCE": ("ticket", "ticket2", "fixed")}),
+          "striding over all tiles", requires={"REDUCE": _MULTI}),
     Param("PROGRAMS_PER_SM", (1, 2, 3, 4, 6, 8, 16), 4, "persistent grid size per multiprocessor",
-          requires={"REDUCE": ("ticket", "ticket2", "fixed"), "GRID": ("persistent",)}),
+          requires={"REDUCE": _MULTI, "GRID": ("persistent",)}),
     Param("COLS", ("pad128", "quarters", "split64"), "quarters",
           "tiling of the 72 columns: padded to 128, four 18-column quarters padded to 32, or 64 + 8"),
     Param("TRIG", TRIG_CHOICES, "approx_rr", "sin/cos implementation"),
@@ -340,14 +450,15 @@ def _rules(cfg: Mapping[str, Any]) -> str | None:
 
 
 _ws_lock = threading.Lock()
-_workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+_workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
-def _workspace(device: torch.device, rows: int,
-               counters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Partials buffer, ticket counters (one per 128-byte line) and the fixed-point sum's words,
-    kept per (device, stream): counters and words reset themselves, so they are zeroed only when
-    first made or grown."""
+def _workspace(device: torch.device, rows: int, counters: int, flagged: int = 0
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Partials buffer, ticket counters (one per 128-byte line), the fixed-point sum's words and
+    the hybrid sum's rows of out-of-range partials (`flagged` programs), kept per (device,
+    stream): counters, words and rows reset themselves, so they are zeroed only when first made
+    or grown."""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (str(device), stream)
     with _ws_lock:
@@ -356,14 +467,18 @@ def _workspace(device: torch.device, rows: int,
             got = (torch.empty((max(rows, 1024), 32), dtype=torch.float32, device=device),
                    torch.zeros(32 * counters, dtype=torch.int32, device=device),
                    torch.zeros(FIXED_WORDS * QUARTER * FIXED_STRIDE, dtype=torch.int64,
-                               device=device))
-        ws, counter, slots = got
+                               device=device),
+                   torch.zeros((1, 32), dtype=torch.float32, device=device))
+        ws, counter, slots, flag_rows = got
         if ws.shape[0] < rows:
             ws = torch.empty((max(rows, 2 * ws.shape[0]), 32), dtype=torch.float32, device=device)
         if counter.numel() < 32 * counters:
             counter = torch.zeros(max(32 * counters, 2 * counter.numel()), dtype=torch.int32,
                                   device=device)
-        got = _workspaces[key] = (ws, counter, slots)
+        if flag_rows.shape[0] < flagged:
+            flag_rows = torch.zeros((max(flagged, 2 * flag_rows.shape[0]), 32), dtype=torch.float32,
+                                    device=device)
+        got = _workspaces[key] = (ws, counter, slots, flag_rows)
         return got
 
 
@@ -383,22 +498,29 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
         n_prog = min(n_tiles, num_programs_hint(emb.device) * config["PROGRAMS_PER_SM"])
     else:
         tiles = config["TILES"]
-        if config["REDUCE"] == "fixed":
+        if config["REDUCE"] in ("fixed", "hybrid"):
             tiles = max(tiles, triton.cdiv(n_tiles, FIXED_MAX_PROGRAMS))
         n_prog = triton.cdiv(n_tiles, tiles)
     grad = out[0] if out is not None else torch.empty(QUARTER, dtype=torch.float32, device=emb.device)
     two_level = config["REDUCE"] == "ticket2"
-    fixed = config["REDUCE"] == "fixed"
+    fixed = config["REDUCE"] in ("fixed", "hybrid")
     n_groups = triton.cdiv(n_prog, GROUP) if two_level else 0
-    ws, counter, slots = _workspace(emb.device, 1 if fixed else n_prog + n_groups, 1 + n_groups)
+    ws, counter, slots, flag_rows = _workspace(
+        emb.device, 1 if fixed else n_prog + n_groups, 1 + n_groups,
+        n_prog if config["REDUCE"] == "hybrid" else 0)
     # The last program sums the partials (or the group sums) in blocks of RB rows. Two sizes
     # only, so that a config compiles at most twice over all shapes: one round of L2 reads up to
-    # 32 rows per warp, then blocks of 128 per warp (four rows of registers per thread).
+    # 32 rows per warp, then blocks of 128 per warp (four rows of registers per thread). The
+    # hybrid sum's rare out-of-range scan reads two rows per warp at a time: wider blocks cost
+    # the whole kernel registers (sm_90, 16 patches, 4 warps: 96 as the fixed sums with blocks of
+    # 8 rows, 106 with 16 or 32, 159 with 128).
     nw = config["num_warps"]
     n_rows = n_groups if two_level else n_prog
     rb = 32 * nw if n_rows <= 32 * nw or fixed else 128 * nw
+    if config["REDUCE"] == "hybrid":
+        rb = 2 * nw
     KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
-        grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, slots, P, n_tiles,
+        grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, slots, flag_rows, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
         TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb, PIPELINE=config["PIPELINE"], GROUP=GROUP,
         SLOT_STRIDE=FIXED_STRIDE, PERSISTENT=persistent,

@@ -42,7 +42,8 @@ DEV = torch.device("cuda")
 
 def candidates() -> list[dict[str, Any]]:
     """The kernel default, the space's seeds (the suite cases' winners), the widest
-    non-persistent tilings, and a persistent sweep."""
+    non-persistent tilings, and a persistent sweep (on the default REDUCE=hybrid), with fixed and
+    hybrid twins of the best persistent and SLOTS=spread candidates."""
     from kernelsearch.search_space.space import get_space
 
     out: list[dict[str, Any]] = [{}] + [dict(cfg) for cfg, _ in get_space(A_NAME).seeds]
@@ -52,10 +53,15 @@ def candidates() -> list[dict[str, Any]]:
                                                      (1, 2, 4, 8), (4, 8), ("none", "prefetch")):
         out.append({"BLOCK_P": bp, "COLS": cols, "GRID": "persistent", "PROGRAMS_PER_SM": pps,
                     "num_warps": nw, "PIPELINE": pipe})
-    for pps in (1, 2, 4):
-        out.append({"BLOCK_P": 128, "COLS": "split64", "GRID": "persistent", "PROGRAMS_PER_SM": pps,
-                    "num_warps": 8, "SLOTS": "spread"})
-    out.append({"BLOCK_P": 16, "SLOTS": "spread"})
+    for reduce in ("fixed", "hybrid"):
+        for pps in (1, 2, 4):
+            for slots in ("line", "spread"):
+                out.append({"BLOCK_P": 128, "COLS": "split64", "GRID": "persistent",
+                            "PROGRAMS_PER_SM": pps, "num_warps": 8, "SLOTS": slots,
+                            "REDUCE": reduce})
+        for bp in (8, 16):
+            for slots in ("line", "spread"):
+                out.append({"BLOCK_P": bp, "SLOTS": slots, "REDUCE": reduce})
     for reduce in ("ticket", "ticket2"):
         out.append({"BLOCK_P": 128, "COLS": "split64", "GRID": "persistent",
                     "PROGRAMS_PER_SM": 2, "num_warps": 8, "REDUCE": reduce})

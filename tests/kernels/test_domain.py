@@ -97,7 +97,69 @@ def test_a_fixed_sum_is_right_and_bit_identical_across_the_float32_range(cfg):
         assert torch.equal(A(*x, config=cfg), first), s
 
 
-def test_a_fixed_sum_is_exact_across_programs_where_a_float32_sum_is_not():
+HYBRID_CONFIGS = [
+    {"REDUCE": "hybrid", "BLOCK_P": 8, "num_warps": 2},                      # 38 programs
+    {"REDUCE": "hybrid", "BLOCK_P": 16, "TILES": 2, "COLS": "split64", "PIPELINE": "prefetch",
+     "SLOTS": "spread"},
+    {"REDUCE": "hybrid", "BLOCK_P": 8, "GRID": "persistent", "PROGRAMS_PER_SM": 2},
+    {"REDUCE": "hybrid", "BLOCK_P": 32, "COLS": "pad128", "GRID": "persistent",
+     "PROGRAMS_PER_SM": 1, "SLOTS": "spread"},
+]
+
+
+@pytest.mark.parametrize("cfg", HYBRID_CONFIGS, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_a_hybrid_sum_is_right_and_bit_identical_across_the_float32_range(cfg):
+    """The same magnitudes through the hybrid sum: from 1e-14 down and 1e10 up the partials
+    leave the 3-digit fixed point's exact band (where the old fixed gave zeros or NaN) and
+    take the float64 path; float64 within rtol, the same bits twice."""
+    cfg = A.validate_config(cfg)
+    base = A.make_inputs({"total_patches": 150}, seed=11, device="cpu")
+    for s in SCALES:
+        x = (base[0] * s, base[1] * s) + base[2:]
+        (ref,) = A.reference(*x)
+        first = A(*x, config=cfg)
+        assert rel_error(first, ref) <= A.rtol, (s, rel_error(first, ref))
+        assert torch.equal(A(*x, config=cfg), first), s
+
+
+def _mixed(P: int, seed: int, scales: list[tuple[int, int, float]]) -> tuple[torch.Tensor, ...]:
+    """Benchmark inputs whose gradient rows lo:hi are scaled by s, for each (lo, hi, s)."""
+    gc, gs, pos, inv, emb = (t.clone() for t in A.make_inputs({"total_patches": P}, seed=seed,
+                                                               device="cpu"))
+    for lo, hi, s in scales:
+        gc[lo:hi] *= s
+        gs[lo:hi] *= s
+    return gc, gs, pos, inv, emb
+
+
+@pytest.mark.parametrize("cfg", HYBRID_CONFIGS[:3], ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_a_hybrid_sum_adds_both_paths_in_one_call(cfg):
+    """Rows scaled by 1e-25 and 1e25 among normal rows: some programs stay on the fixed point,
+    some are flagged, in one call; float64 within rtol, the same bits twice."""
+    cfg = A.validate_config(cfg)
+    x = _mixed(200, 3, [(40, 80, 1e-25), (120, 136, 1e25), (190, 200, 1e-25)])
+    (ref,) = A.reference(*x)
+    first = A(*x, config=cfg)
+    assert rel_error(first, ref) <= A.rtol, rel_error(first, ref)
+    assert torch.equal(A(*x, config=cfg), first)
+
+
+def test_a_hybrid_sum_keeps_tiny_partials_beside_exactly_cancelling_normal_ones():
+    """Normal rows that cancel exactly across programs (the fixed point's integer sum) leave the
+    result to rows scaled by 1e-25 (the float64 path): the old 3-digit fixed point gave zeros
+    there; the result is the float64 sum over the tiny rows alone."""
+    gc, gs, pos, inv, emb = _mixed(160, 2, [(32, 128, 1e-25)])
+    for t in (gc, gs):
+        t[-32:] = -t[:32]
+    emb[-32:], pos[-32:] = emb[:32], pos[:32]
+    (ref,) = A.reference(gc[32:128], gs[32:128], pos[32:128], inv, emb[32:128])
+    got = A(gc, gs, pos, inv, emb, config={"REDUCE": "hybrid", "BLOCK_P": 8})
+    assert ref.abs().min() > 1e-30
+    assert rel_error(got, ref) <= A.rtol, rel_error(got, ref)
+
+
+@pytest.mark.parametrize("reduce", ["fixed", "hybrid"])
+def test_a_fixed_sum_is_exact_across_programs_where_a_float32_sum_is_not(reduce):
     """Two programs' partials of 1e10 that cancel, at opposite ends of the grid: an ordered
     float32 sum loses everything between them, the integer sum keeps it."""
     gc, gs, pos, inv, emb = (t.clone() for t in A.make_inputs({"total_patches": 160}, seed=2))
@@ -107,7 +169,7 @@ def test_a_fixed_sum_is_exact_across_programs_where_a_float32_sum_is_not():
     emb[-8:], pos[-8:] = emb[:8], pos[:8]
     x = (gc, gs, pos, inv, emb)
     (ref,) = A.reference(*x)
-    fixed = A(*x, config={"REDUCE": "fixed", "BLOCK_P": 8})
+    fixed = A(*x, config={"REDUCE": reduce, "BLOCK_P": 8})
     ticket = A(*x, config={"REDUCE": "ticket", "BLOCK_P": 8})
     assert rel_error(fixed, ref) <= A.rtol
     assert rel_error(ticket, ref) > 100 * A.rtol  # what the exact sum buys
@@ -119,7 +181,10 @@ def test_a_fixed_sum_words_are_clean_after_a_persistent_launch():
                              "PROGRAMS_PER_SM": 3})
     small = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 16})
     spread = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 16, "SLOTS": "spread"})
-    for P, cfg in ((200, big), (37, small), (200, spread), (200, small), (5, big), (37, spread)):
+    hybrid = A.validate_config({"REDUCE": "hybrid", "BLOCK_P": 8, "GRID": "persistent",
+                                "PROGRAMS_PER_SM": 3})
+    for P, cfg in ((200, big), (37, small), (200, spread), (200, small), (5, big), (37, spread),
+                   (200, hybrid), (37, small), (5, hybrid)):
         res = check_config(A, {"total_patches": P}, cfg, seed=P, draws=BENCH)
         assert res.ok, (P, res.detail)
 
@@ -140,3 +205,31 @@ def test_a_stored_uncertified_choice_is_not_run_even_on_its_own_shape():
     finally:
         provider.set_provider(None)
     assert got["TRIG"] == "approx_rr" and got["num_warps"] == 2
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [{}, HYBRID_CONFIGS[1],
+                                 {"REDUCE": "hybrid", "COLS": "split64", "BLOCK_P": 128,
+                                  "GRID": "persistent", "PROGRAMS_PER_SM": 2, "num_warps": 8}],
+                         ids=["default", "tiles2-spread", "persistent"])
+def test_gpu_a_hybrid_sum_is_right_and_the_same_bits_under_contention(cfg):
+    """On the GPU the grid's atomics race and flagged rows cross the fences for real: 12288
+    patches with tiny, huge and normal rows, and all-tiny inputs (every program flagged), give
+    float64 within rtol and the same bits in 50 calls; a NaN call leaves the next one clean."""
+    cfg = A.validate_config(cfg)
+    P = 12288
+    gc, gs, pos, inv, emb = (t.cuda() for t in _mixed(P, 5, [(1000, 3000, 1e-25),
+                                                             (7000, 7100, 1e25)]))
+    tiny = [t.cuda() for t in _mixed(P, 6, [(0, P, 1e-30)])]
+    for x in ((gc, gs, pos, inv, emb), tuple(tiny)):
+        (ref,) = A.reference(*x)
+        first = A(*x, config=cfg)
+        assert rel_error(first, ref) <= A.rtol, rel_error(first, ref)
+        for _ in range(50):
+            assert torch.equal(A(*x, config=cfg), first)
+    bad = gc.clone()
+    bad[123, 4] = float("nan")
+    assert torch.isnan(A(bad, gs, pos, inv, emb, config=cfg)[4])
+    res = check_config(A, {"total_patches": P}, cfg, seed=7)
+    assert res.ok, res.detail

@@ -8,7 +8,7 @@ import torch
 
 from kernelsearch.kernels.vision_rope3d_spatial_merge_bwd import KERNEL as B
 from kernelsearch.kernels.vision_rope_generation_bwd import KERNEL as A
-from kernelsearch.kernels.check import check_config
+from kernelsearch.kernels.check import check_config, rel_error
 
 def gpu(fn):
     """Marked `gpu` and skipped without one; the same checks run under the interpreter."""
@@ -40,6 +40,9 @@ def test_a_ticket_counter_resets_between_calls():
     {"REDUCE": "fixed", "BLOCK_P": 8, "TILES": 1, "num_warps": 2},
     {"REDUCE": "fixed", "BLOCK_P": 16, "TILES": 2, "COLS": "split64", "num_warps": 1},
     {"REDUCE": "fixed", "BLOCK_P": 32, "TILES": 1, "COLS": "pad128", "num_warps": 8},
+    {"REDUCE": "hybrid", "BLOCK_P": 8, "TILES": 1, "num_warps": 2},
+    {"REDUCE": "hybrid", "BLOCK_P": 16, "TILES": 2, "COLS": "split64", "num_warps": 1,
+     "SLOTS": "spread"},
     {"REDUCE": "single", "BLOCK_P": 32, "COLS": "split64", "PIPELINE": "prefetch"},
 ])
 def test_a_reductions_and_pipelines_are_correct_and_deterministic(cfg):
@@ -52,20 +55,44 @@ def test_a_reductions_and_pipelines_are_correct_and_deterministic(cfg):
     assert torch.equal(A(*inputs, config=cfg), A(*inputs, config=cfg))
 
 
-def test_a_fixed_sum_poisons_nonfinite_partials_and_recovers():
-    """An Inf or NaN partial gives NaN, never a wrapped sum, and the words it touched are clean
-    for the next call."""
+@pytest.mark.parametrize("reduce", ["fixed", "hybrid"])
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_fixed_sum_poisons_nonfinite_partials_and_recovers(reduce, bad):
+    """An Inf or NaN partial gives NaN, never a wrapped sum, and the words (and the hybrid
+    sum's flagged rows) it touched are clean for the next call."""
     inputs = list(A.make_inputs({"total_patches": 64}, seed=1))
     inputs[0] = inputs[0].clone()
-    inputs[0][5, 3] = float("inf")
-    cfg = {"REDUCE": "fixed", "BLOCK_P": 8}
+    inputs[0][5, 3] = bad
+    cfg = {"REDUCE": reduce, "BLOCK_P": 8}
     out = A(*inputs, config=cfg)
     assert torch.isnan(out[3]) and torch.isfinite(out[4])
     res = check_config(A, {"total_patches": 64}, A.validate_config(cfg), seed=2)
     assert res.ok, res.detail
 
 
-def test_a_fixed_sum_folds_more_tiles_past_its_program_limit(monkeypatch):
+def test_a_hybrid_sum_clears_the_rows_it_read():
+    """Flagged programs' rows are zero again after the call (the next call's flags start clean),
+    and the clean call after a poisoned one is clean too."""
+    mod = importlib.import_module("kernelsearch.kernels.vision_rope_generation_bwd")
+    inputs = list(A.make_inputs({"total_patches": 64}, seed=1))
+    inputs[0], inputs[1] = inputs[0].clone(), inputs[1].clone()
+    for t in inputs[:2]:
+        t[:16] *= 1e-30  # two programs flagged on every output
+        t[40:48] *= 1e30  # one more
+    inputs[0][60, 7] = float("nan")
+    cfg = A.validate_config({"REDUCE": "hybrid", "BLOCK_P": 8})
+    out = A(*inputs, config=cfg)
+    assert torch.isnan(out[7]) and torch.isfinite(out).sum() == 17
+    rows = [w[3] for w in mod._workspaces.values()]
+    assert rows and all(not r.any() for r in rows)
+    inputs[0][60, 7] = 0.0
+    (ref,) = A.reference(*inputs)
+    assert check_config(A, {"total_patches": 64}, cfg, seed=3).ok
+    assert rel_error(A(*inputs, config=cfg), ref) <= A.rtol
+
+
+@pytest.mark.parametrize("reduce", ["fixed", "hybrid"])
+def test_a_fixed_sum_folds_more_tiles_past_its_program_limit(monkeypatch, reduce):
     mod = importlib.import_module("kernelsearch.kernels.vision_rope_generation_bwd")
 
     grids = []
@@ -78,10 +105,58 @@ def test_a_fixed_sum_folds_more_tiles_past_its_program_limit(monkeypatch):
     real = mod._rope_gen_bwd_kernel
     monkeypatch.setattr(mod, "FIXED_MAX_PROGRAMS", 4)
     monkeypatch.setattr(mod, "_rope_gen_bwd_kernel", Recording())
-    cfg = A.validate_config({"REDUCE": "fixed", "BLOCK_P": 8, "TILES": 1})
-    res = check_config(A, {"total_patches": 300}, cfg, seed=9)
+    cfg = A.validate_config({"REDUCE": reduce, "BLOCK_P": 8, "TILES": 1})
+    draws = A.domain.draws() if reduce == "hybrid" else None  # both of its paths, folded
+    res = check_config(A, {"total_patches": 300}, cfg, seed=9, draws=draws)
     assert res.ok, res.detail
     assert grids and all(g == (4,) for g in grids)  # 38 tiles, 10 per program
+
+
+_PTX = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "0"
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernelsearch.kernels import vision_rope_generation_bwd as mod
+
+k = mod._rope_gen_bwd_kernel
+ptrs = {"gc_ptr": "*fp32", "gs_ptr": "*fp32", "pos_ptr": "*i64", "emb_ptr": "*fp32",
+        "out_ptr": "*fp32", "ws_ptr": "*fp32", "counter_ptr": "*i32", "slots_ptr": "*i64",
+        "rows_ptr": "*fp32", "P": "i32", "n_tiles": "i32"}
+const = dict(BLOCK_P=16, TILES=1, REDUCE="hybrid", COLS="quarters", TRIG="approx_rr", ASM=True,
+             RB=8, PIPELINE="none", GROUP=32, SLOT_STRIDE=16, PERSISTENT=False, WORD_STRIDE=1)
+sig = {n: ptrs.get(n, "constexpr") for n in k.arg_names}
+src = ASTSource(k, sig, constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
+cc = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+sys.stdout.write(cc.asm["ptx"])
+"""
+
+
+def test_a_hybrid_sum_ptx_fences_only_around_the_flagged_rows():
+    """Compiled for sm_90 without a GPU: one relaxed 64-bit atomic instruction per thread (all
+    words of all outputs), a release fence after the flagged row's store and a barrier and
+    before that atomic, an acquire fence before the rows' L2 reads, and no other fence."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    got = subprocess.run([sys.executable, "-c", _PTX], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert got.returncode == 0, got.stderr[-2000:]
+    ops = [ln.strip() for ln in got.stdout.splitlines()
+           if any(k in ln for k in ("fence", "membar", "atom.", "st.global", "bar.sync",
+                                    "ld.global.cg"))]
+    fences = [i for i, op in enumerate(ops) if "fence" in op or "membar" in op]
+    atoms = [i for i, op in enumerate(ops) if "atom." in op]
+    assert [ops[i] for i in fences] == ["fence.acq_rel.gpu;"] * 2
+    assert len(atoms) == 1 and "atom.global.gpu.relaxed.add.u64" in ops[atoms[0]]
+    release, acquire = fences
+    assert "bar.sync" in ops[release - 1] and "st.global" in ops[release - 2]
+    assert release < atoms[0] < acquire
+    after = [op for op in ops[acquire + 1:] if "bar.sync" not in op]
+    assert "bar.sync" in ops[acquire + 1] and "ld.global.cg" in after[0]
 
 
 def test_a_prefetch_register_rule():

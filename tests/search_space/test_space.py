@@ -54,7 +54,8 @@ def test_issue_dimensions_are_present():
             "num_stages"} <= set(a.names)
     assert {"ROWS", "HEADS", "BLOCK_D", "GRID", "PROGRAMS_PER_SM", "CACHE", "TRIG",
             "num_warps", "num_stages"} <= set(b.names)
-    assert a.param("TILES").requires == {"REDUCE": ("ticket", "ticket2", "fixed"), "GRID": ("tiles",)}
+    assert a.param("TILES").requires == {"REDUCE": ("ticket", "ticket2", "fixed", "hybrid"),
+                                         "GRID": ("tiles",)}
     assert a.param("PROGRAMS_PER_SM").requires["GRID"] == ("persistent",)
     assert b.param("PROGRAMS_PER_SM").requires == {"GRID": ("persistent",)}
     assert a.param("BLOCK_P").choices == (8, 16, 32, 64, 128, 256, 512)  # expanded from a pow2 range

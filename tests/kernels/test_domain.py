@@ -113,7 +113,7 @@ def test_a_hybrid_sum_is_right_and_bit_identical_across_the_float32_range(cfg):
     leave the 3-digit fixed point's exact band (where the old fixed gave zeros or NaN) and
     take the float64 path; float64 within rtol, the same bits twice."""
     cfg = A.validate_config(cfg)
-    base = A.make_inputs({"total_patches": 150}, seed=11, device="cpu")
+    base = A.make_inputs({"total_patches": 150}, seed=11)  # on the device the kernel runs on
     for s in SCALES:
         x = (base[0] * s, base[1] * s) + base[2:]
         (ref,) = A.reference(*x)
@@ -124,8 +124,7 @@ def test_a_hybrid_sum_is_right_and_bit_identical_across_the_float32_range(cfg):
 
 def _mixed(P: int, seed: int, scales: list[tuple[int, int, float]]) -> tuple[torch.Tensor, ...]:
     """Benchmark inputs whose gradient rows lo:hi are scaled by s, for each (lo, hi, s)."""
-    gc, gs, pos, inv, emb = (t.clone() for t in A.make_inputs({"total_patches": P}, seed=seed,
-                                                               device="cpu"))
+    gc, gs, pos, inv, emb = (t.clone() for t in A.make_inputs({"total_patches": P}, seed=seed))
     for lo, hi, s in scales:
         gc[lo:hi] *= s
         gs[lo:hi] *= s

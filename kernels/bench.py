@@ -11,7 +11,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 
 from .check import check_config
 from .device import default_device, device_info, versions

@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 import triton
-import triton.language as tl
 
 
 @triton.jit

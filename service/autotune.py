@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import builtins
 import enum
-import hashlib
-import inspect
 import logging
 import os
 import statistics
@@ -40,7 +38,7 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.autotuner import Config
 from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
-from kernelsearch.kernels.spec import (Axis, Case, KernelDef, Param, configs_rule,
+from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule,
                                        params_from_configs)
 
 log = logging.getLogger(__name__)

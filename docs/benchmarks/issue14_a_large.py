@@ -206,7 +206,7 @@ def errors(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Relative error of each record's config on its own shape, per magnitude and angle range."""
     dev = DEV
     rows = []
-    print(f"\n== errors (worst relative error over outputs; rtol 2e-5)")
+    print("\n== errors (worst relative error over outputs; rtol 2e-5)")
     head = [f"x{s:g}" for s in SCALES] + [f"pos<{g}" for g in ANGLE_POSITIONS]
     print(f"{'kernel':6} {'case':>22} " + " ".join(f"{h:>8}" for h in head) + "  config")
     for rec in records:

@@ -290,8 +290,13 @@ class KernelDef:
         covers the jit functions they call, so an edit to a shared helper changes it), else the
         launcher's module source."""
         if self.triton_kernels:
-            keys = [_jit_cache_key(fn) for fn in self.triton_kernels]
-            return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+            # Computed once: it parses the kernels' sources, and lookups ask for it.
+            cached = self.__dict__.get("_source_hash")
+            if cached is None:
+                keys = [_jit_cache_key(fn) for fn in self.triton_kernels]
+                cached = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+                self.__dict__["_source_hash"] = cached
+            return cached
         mod = sys.modules[self.launch.__module__]
         return hashlib.sha256(inspect.getsource(mod).encode()).hexdigest()[:16]
 

@@ -422,6 +422,13 @@ def create_app(settings: Settings | None = None, *, store: Any | None = None,
                  "info": c.info} for c in k.cases]
 
     # -- lookups -----------------------------------------------------------------------------
+    # The versions a lookup compares a record with, worked out now rather than inside the first
+    # lookup's time bound (the source identity parses the kernels' sources).
+    for name in kernels.kernel_names():
+        try:
+            _current_versions(name)
+        except Exception as exc:  # a kernel whose identity cannot be computed still serves
+            log.warning("versions of %s: %s", name, exc)
     axis_names = sorted({a.name for k in kernels.all_kernels().values() for a in k.axes}
                         | {x for k in kernels.all_kernels().values() for x in k.extra_axes})
     best_params = [

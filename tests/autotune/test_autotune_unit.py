@@ -2,6 +2,8 @@
 decorated kernel, the fallbacks, and the lookup chain's order (memory, store, nearest)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import triton
@@ -251,6 +253,9 @@ def test_a_cases_space_is_the_configs_the_decorators_pruning_keeps(at_store, mon
     monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
     x = torch.randn(100)
     torch.testing.assert_close(scale(x), 3 * x)
+    deadline = time.monotonic() + 30  # the miss queues its job in the background
+    while not at_store.list_jobs() and time.monotonic() < deadline:
+        time.sleep(0.1)
     (job,) = at_store.list_jobs()
     assert (job.kernel, job.cases, job.n_trials) == (SCALE.name, [{"n": 100}], 4)
     scale_kernel.forget()

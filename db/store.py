@@ -62,6 +62,11 @@ def _iso(v: Any) -> Any:
 AxisValue = StrictInt | StrictStr
 
 
+def _check_positive(v: Any, arg: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ValueError(f"{arg}: expected a number > 0, got {v!r}")
+
+
 def axes_key(axes: dict[str, Any], *, arg: str = "axes") -> str:
     """Canonical text of a case's axes (sorted keys), the way cases are matched. Values are ints
     (sizes) or non-empty strings (categories such as a dtype)."""
@@ -736,8 +741,7 @@ class Store:
     def claim_job(self, owner: str, lease_seconds: float) -> JobView | None:
         """Take the oldest queued job, or a running one whose heartbeat is older than the lease."""
         _check_name(owner, "owner")
-        if not isinstance(lease_seconds, (int, float)) or lease_seconds <= 0:
-            raise ValueError(f"lease_seconds: expected a number > 0, got {lease_seconds!r}")
+        _check_positive(lease_seconds, "lease_seconds")
 
         def tx(s: Session) -> JobView | None:
             now = utcnow()
@@ -819,8 +823,7 @@ class Store:
         holds it now. A claim older than `lease_seconds` (its worker died) is taken over."""
         _check_name(study_name, "study_name")
         _check_name(owner, "owner")
-        if not isinstance(lease_seconds, (int, float)) or lease_seconds <= 0:
-            raise ValueError(f"lease_seconds: expected a number > 0, got {lease_seconds!r}")
+        _check_positive(lease_seconds, "lease_seconds")
 
         def tx(s: Session) -> str | None:
             now = utcnow()

@@ -36,7 +36,7 @@ from kernelsearch.kernels.device import versions as kernel_versions
 from . import errors, schemas
 from .metrics import Metrics
 from .settings import Settings, get_settings
-from .strict_input import AsciiInt, StrictJSON, parse_case_axes, query_text
+from .strict_input import AsciiInt, StrictJSON, parse_case_axes, query_text, replaying
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +90,7 @@ class BodyLimit:
                 return
             if not msg.get("more_body", False):
                 break
-        replay = iter(messages)
-
-        async def receive_again() -> dict:
-            try:
-                return next(replay)
-            except StopIteration:
-                return await receive()
-
-        await self.app(scope, receive_again, send)
+        await self.app(scope, replaying(messages, receive), send)
 
     def _too_big(self) -> str:
         return f"request body larger than {self.max_bytes} bytes (KS_MAX_BODY_BYTES)"

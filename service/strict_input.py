@@ -72,15 +72,20 @@ class StrictJSON:
                                   [{"loc": loc, "msg": why, "type": "value_error"}])
             await resp(scope, _disconnected, send)
             return
-        replay = iter(messages)
+        await self.app(scope, replaying(messages, receive), send)
 
-        async def receive_again() -> dict:
-            try:
-                return next(replay)
-            except StopIteration:
-                return await receive()
 
-        await self.app(scope, receive_again, send)
+def replaying(messages: list[dict], receive: Any) -> Any:
+    """An ASGI `receive` that hands the app the messages a middleware already read, then the rest."""
+    replay = iter(messages)
+
+    async def receive_again() -> dict:
+        try:
+            return next(replay)
+        except StopIteration:
+            return await receive()
+
+    return receive_again
 
 
 async def _disconnected() -> dict:

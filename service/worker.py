@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Self
 
 from kernelsearch.db.engine import is_transient, retrying
 from kernelsearch.db.errors import StoreError, StoreUnavailable
@@ -36,16 +36,17 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-class _Lease:
-    """Renews a job's lease every `interval` s in a thread; `lost` is set when renewal fails."""
+class _Periodic:
+    """Runs `tick()` every `interval` s in a thread while the job runs, until it returns True."""
 
-    def __init__(self, store: Any, job_id: int, owner: str, interval: float) -> None:
-        self.store, self.job_id, self.owner, self.interval = store, job_id, owner, interval
-        self.lost = threading.Event()
+    name = "ks-periodic"
+
+    def __init__(self, job_id: int, interval: float) -> None:
+        self.job_id, self.interval = job_id, interval
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"ks-heartbeat-{job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}-{job_id}", daemon=True)
 
-    def __enter__(self) -> "_Lease":
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -55,43 +56,55 @@ class _Lease:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
-                if not self.store.heartbeat(self.job_id, self.owner):
-                    self.lost.set()
-                    return
-            except StoreUnavailable as exc:
-                # Keep trying: the lease only expires after lease_seconds without a heartbeat.
-                log.warning("heartbeat of job %s failed: %s", self.job_id, exc)
+            if self.tick():
+                return
+
+    def tick(self) -> bool:
+        raise NotImplementedError
 
 
-class _CancelWatch:
+class _Lease(_Periodic):
+    """Renews a job's lease every `interval` s in a thread; `lost` is set when renewal fails."""
+
+    name = "ks-heartbeat"
+
+    def __init__(self, store: Any, job_id: int, owner: str, interval: float) -> None:
+        super().__init__(job_id, interval)
+        self.store, self.owner = store, owner
+        self.lost = threading.Event()
+
+    def tick(self) -> bool:
+        try:
+            if not self.store.heartbeat(self.job_id, self.owner):
+                self.lost.set()
+                return True
+        except StoreUnavailable as exc:
+            # Keep trying: the lease only expires after lease_seconds without a heartbeat.
+            log.warning("heartbeat of job %s failed: %s", self.job_id, exc)
+        return False
+
+
+class _CancelWatch(_Periodic):
     """Polls the job's status every `interval` s in a thread; `cancelled` is set once it reads
     cancelled, so the trial in flight is killed within about `interval` s, not after it ends."""
 
+    name = "ks-cancel"
+
     def __init__(self, store: Any, job_id: int, interval: float) -> None:
-        self.store, self.job_id, self.interval = store, job_id, interval
+        super().__init__(job_id, interval)
+        self.store = store
         self.cancelled = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"ks-cancel-{job_id}", daemon=True)
 
-    def __enter__(self) -> "_CancelWatch":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval + 5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                job = self.store.get_job(self.job_id)
-            except StoreError as exc:  # the lease decides about an unreachable database
-                log.debug("cancel check of job %s failed: %s", self.job_id, exc)
-                continue
-            if job is not None and job.status == "cancelled":
-                self.cancelled.set()
-                return
+    def tick(self) -> bool:
+        try:
+            job = self.store.get_job(self.job_id)
+        except StoreError as exc:  # the lease decides about an unreachable database
+            log.debug("cancel check of job %s failed: %s", self.job_id, exc)
+            return False
+        if job is not None and job.status == "cancelled":
+            self.cancelled.set()
+            return True
+        return False
 
 
 class Worker:

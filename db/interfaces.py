@@ -1,0 +1,131 @@
+"""The storage seams, one per concern, the way Optuna keeps `BaseStorage` apart from `BaseHeartbeat`.
+
+A consumer names the narrowest protocol it needs (the tuner does not see the job queue, the
+lookup path does not see imports); the SQL `Store` implements them all, and the storage contract
+suite runs against every backend through them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .store import EntryCheck, ImportReport, JobView, RecordIn, RecordView
+
+
+@runtime_checkable
+class Health(Protocol):
+    """Reachability, and giving the connections back."""
+
+    def ping(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class DeviceRegistry(Protocol):
+    """The devices records were tuned on."""
+
+    def ensure_device(self, info: dict[str, Any]) -> int: ...
+
+    def list_devices(self) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class JobQueue(Protocol):
+    """Background tuning jobs and their leases."""
+
+    def create_job(self, kernel: str, cases: list[dict[str, int]], n_trials: int, sampler: str,
+                   timeout_s: float | None = None, max_queued: int | None = None) -> JobView: ...
+
+    def get_job(self, job_id: int) -> JobView | None: ...
+
+    def list_jobs(self, status: str | None = None, limit: int = 100) -> list[JobView]: ...
+
+    def count_jobs(self, status: str | None = None) -> int: ...
+
+    def claim_job(self, owner: str, lease_seconds: float) -> JobView | None: ...
+
+    def heartbeat(self, job_id: int, owner: str) -> bool: ...
+
+    def release_job(self, job_id: int, owner: str) -> bool: ...
+
+    def update_job_progress(self, job_id: int, owner: str, *, trials_done: int,
+                            device: str | None = None, best: dict[str, Any] | None = None,
+                            current_case: dict[str, Any] | None = None) -> bool: ...
+
+    def finish_job(self, job_id: int, owner: str, status: str, error: str | None = None) -> bool: ...
+
+    def cancel_job(self, job_id: int) -> JobView | None: ...
+
+
+@runtime_checkable
+class StudyClaims(Protocol):
+    """One tuner per Optuna study at a time, across workers."""
+
+    def claim_study(self, study_name: str, owner: str, lease_seconds: float,
+                    job_id: int | None = None) -> str | None: ...
+
+    def release_study(self, study_name: str, owner: str) -> None: ...
+
+
+@runtime_checkable
+class RecordRepository(Protocol):
+    """Best records per (kernel, case, device), with their history and the nearest-case lookup."""
+
+    def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]: ...
+
+    def find_best(self, kernel: str, device: str, axes: dict[str, Any], work: float,
+                  distance: Callable[[dict[str, Any], float], float] | None = None,
+                  ) -> tuple[RecordView, str] | None: ...
+
+    def list_records(self, kernel: str | None = None, device: str | None = None,
+                     include_history: bool = False) -> list[RecordView]: ...
+
+    def record_history(self, kernel: str, device: str, axes: dict[str, int]) -> list[RecordView]: ...
+
+    def records_version(self) -> int: ...
+
+    def has_records(self) -> bool: ...
+
+
+@runtime_checkable
+class TrialLog(Protocol):
+    """Per-trial summaries of every study, for the dashboard and the failed-trial report."""
+
+    def add_trial_summary(self, study_name: str, kernel: str, device: str, axes: dict[str, int],
+                          trial_number: int, state: str, config: dict[str, Any],
+                          latency_median_us: float | None, failure_kind: str | None,
+                          message: str | None, extra: dict[str, Any] | None = None,
+                          job_id: int | None = None) -> None: ...
+
+    def trial_numbers(self, study_name: str) -> set[int]: ...
+
+    def trial_summaries(self, kernel: str, device: str, axes: dict[str, int]) -> list[dict[str, Any]]: ...
+
+    def job_trials(self, job_id: int) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class RecordTransfer(Protocol):
+    """Records files out and in (the wire format lives with it)."""
+
+    def export_records(self, kernel: str | None = None, device: str | None = None,
+                       include_history: bool = False) -> dict[str, Any]: ...
+
+    def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None) -> ImportReport: ...
+
+
+@runtime_checkable
+class TuningStore(RecordRepository, TrialLog, DeviceRegistry, StudyClaims, Protocol):
+    """What the tuner writes to: records, trials, devices, and the claim on its study."""
+
+
+@runtime_checkable
+class WorkerStore(TuningStore, JobQueue, Health, Protocol):
+    """What a worker needs: the queue, and what the tuner writes."""
+
+
+@runtime_checkable
+class ServiceStore(WorkerStore, RecordTransfer, Protocol):
+    """Everything the API serves: all of the above."""

@@ -6,6 +6,8 @@
 #   identity      source identities (Triton JIT keys) of the registered kernels, as this host computes them
 #   kernel-tests  tests/kernels on the GPU (GPU-marked tests included)
 #   issue14       A from 65,536 to 4,194,304 patches, the suite, the error table of $RECORDS' configs
+#   floors        what the protocol lets any kernel reach: A and B against a pure read / a copy of their bytes,
+#                 under the benchmark's write flush and a read flush (docs/benchmarks/issue14_floors.py)
 #   tune          all 32 suite cases tuned into a fresh database, then exported ($OUT/h200_records.json)
 #   bench         kernelsearch bench with the database's records (eager, compile, default, tuned)
 #   issue13       the matmul example through the service, and triton.autotune vs kernelsearch.autotune
@@ -30,6 +32,9 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
     issue14)
       timeout ${ISSUE14_S:-400} python3 docs/benchmarks/issue14_a_large.py --out $OUT --records $RECORDS \
         ${ISSUE14_ARGS:---suite} 2>&1 | grep -v -i warn | tee $OUT/issue14.txt | tail -${TAIL:-60} ;;
+    floors)
+      timeout ${FLOORS_S:-300} python3 docs/benchmarks/issue14_floors.py --out $OUT --records $RECORDS 2>&1 \
+        | grep -v -i warn | tee $OUT/floors.txt | tail -${TAIL:-60} ;;
     tune)
       $KS db upgrade >/dev/null
       timeout ${TUNE_S:-330} python3 -m kernelsearch.search_space.efficiency --out $OUT/tune --mode throughput \

@@ -45,7 +45,7 @@ A_LARGE_CONFIGS = (
     {"BLOCK_P": 64, "GRID": "persistent", "PROGRAMS_PER_SM": 4, "COLS": "split64", "num_warps": 4},
     {"BLOCK_P": 32, "COLS": "split64"},
 )
-READ_VARIANTS = ((2048, 4), (4096, 8), (8192, 8), (16384, 16))
+READ_VARIANTS = ((256, 1), (512, 2), (1024, 4), (2048, 4), (4096, 8), (8192, 8), (16384, 16))
 
 
 @triton.jit
@@ -62,7 +62,13 @@ def _ks_read_floor(a_ptr, b_ptr, c_ptr, d_ptr, out_ptr, counter_ptr, n_abc, n_d,
     offs_d = pid * d_blk + tl.arange(0, d_blk)
     d = tl.load(d_ptr + offs_d, mask=offs_d < n_d, other=0).to(tl.float32)
     total = tl.sum(s, axis=0) + tl.sum(d, axis=0)
-    if TICKET:
+    if TICKET == "relaxed":
+        # The partial travels in the atomic itself (as A's hybrid sum's digits do): no fence.
+        ticket = tl.atomic_add(counter_ptr, 1, sem="relaxed", scope="gpu")
+        if ticket == tl.num_programs(0) - 1:
+            tl.store(out_ptr + tl.num_programs(0), total)
+            tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+    elif TICKET == "acq_rel":
         tl.store(out_ptr + pid, total)
         ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
         if ticket == tl.num_programs(0) - 1:
@@ -104,16 +110,19 @@ class ReadFlush:
         measure._flush = self._saved
 
 
-def read_floor_fns(inputs: tuple[torch.Tensor, ...], device: torch.device, ticket: bool
+def read_floor_fns(inputs: tuple[torch.Tensor, ...], device: torch.device, ticket: str
                    ) -> list[tuple[str, Callable[[], Any]]]:
+    """`ticket`: "none", "acq_rel" (partials stored, then a fenced ticket) or "relaxed"."""
     gc, gs, pos, _inv, emb = inputs
     n_abc = emb.numel()
-    out = torch.empty(triton.cdiv(n_abc, 1024) + 1, dtype=torch.float32, device=device)
+    out = torch.empty(triton.cdiv(n_abc, min(b for b, _ in READ_VARIANTS)) + 1, dtype=torch.float32,
+                      device=device)
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     fns = []
     for block, nw in READ_VARIANTS:
         grid = (triton.cdiv(n_abc, block),)
-        fns.append((f"read{'+ticket' if ticket else ''} BLOCK={block} nw={nw}",
+        name = {"none": "read", "acq_rel": "read+ticket", "relaxed": "read+relaxed"}[ticket]
+        fns.append((f"{name} BLOCK={block} nw={nw}",
                     lambda grid=grid, block=block, nw=nw: _ks_read_floor[grid](
                         gc, gs, emb, pos, out, counter, n_abc, pos.numel(), BLOCK=block,
                         TICKET=ticket, num_warps=nw)))
@@ -147,7 +156,7 @@ def a_rows(kdef: Any, axes: dict[str, int], configs: list[dict[str, Any]], n: in
     for i, cfg in enumerate(configs):
         full = kdef.validate_config(cfg)
         fns.append((f"A#{i}", lambda full=full: kdef.launch(*inputs, config=full)))
-    fns += read_floor_fns(inputs, device, False) + read_floor_fns(inputs, device, True)
+    fns += [f for t in ("none", "acq_rel", "relaxed") for f in read_floor_fns(inputs, device, t)]
     roof = kdef.bytes_moved(axes) / bw * 1e6
     out: dict[str, Any] = {"axes": axes, "roofline_us": roof, "configs": configs}
     for flush in flushes:
@@ -155,8 +164,10 @@ def a_rows(kdef: Any, axes: dict[str, int], configs: list[dict[str, Any]], n: in
         a_lab, a_us = _best(rows, "A#")
         r_lab, r_us = _best(rows, "read BLOCK")
         t_lab, t_us = _best(rows, "read+ticket")
+        x_lab, x_us = _best(rows, "read+relaxed")
         out[flush] = {"rows": rows, "A_us": a_us, "A_config": configs[int(a_lab[2:])],
-                      "read_us": r_us, "read_label": r_lab, "ticket_us": t_us, "ticket_label": t_lab}
+                      "read_us": r_us, "read_label": r_lab, "ticket_us": t_us, "ticket_label": t_lab,
+                      "relaxed_us": x_us, "relaxed_label": x_lab}
     return out
 
 
@@ -206,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         device = torch.device("cpu")
         a_sizes, b_sizes, n, flushes, bw = (512,), (16,), 2, ("write",), 4e12
-        suite_cases: list[Any] = list(kernels.get_kernel(A_NAME).cases)[:1]
+        suite_cases: list[Any] = sorted(kernels.get_kernel(A_NAME).cases,
+                                        key=lambda c: c.axes["total_patches"])[:1]
     elif not torch.cuda.is_available():
         print("issue14_floors: needs a GPU (or --smoke under TRITON_INTERPRET=1)", file=sys.stderr)
         return 2
@@ -224,23 +236,26 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s; flushes: {', '.join(flushes)}")
 
-    print("\n== A, suite cases (us): the shipped record, a pure read of its bytes, read + ticket")
-    print(f"{'patches':>8} {'roof':>6} | {'flush':>5} {'A':>7} {'read':>7} {'+ticket':>7} | "
-          f"{'flush':>5} {'A':>7} {'read':>7} {'+ticket':>7}")
+    print("\n== A, suite cases (us): the shipped record, a pure read of its bytes, the read with a "
+          "fenced ticket, with a relaxed one")
+    head = f"{'flush':>5} {'A':>7} {'read':>7} {'+ticket':>7} {'+relax':>7}"
+    print(f"{'patches':>8} {'roof':>6} | " + " | ".join([head] * len(flushes)))
     for c in suite_cases:
         axes = dict(c.axes)
         cfg = _nearest(ka, recs, axes) or {}
         r = a_rows(ka, axes, [cfg], n, device, bw, flushes)
         result["A_suite"].append(r)
-        cells = " | ".join(f"{f:>5} {r[f]['A_us']:7.2f} {r[f]['read_us']:7.2f} {r[f]['ticket_us']:7.2f}"
-                           for f in flushes)
+        cells = " | ".join(f"{f:>5} {r[f]['A_us']:7.2f} {r[f]['read_us']:7.2f} {r[f]['ticket_us']:7.2f} "
+                           f"{r[f]['relaxed_us']:7.2f}" for f in flushes)
         print(f"{axes['total_patches']:8d} {r['roofline_us']:6.2f} | {cells}")
     for f in flushes:
         rows = [r[f] for r in result["A_suite"]]
-        means = {k: statistics.fmean(x[k] for x in rows) for k in ("A_us", "read_us", "ticket_us")}
+        keys = ("A_us", "read_us", "ticket_us", "relaxed_us")
+        means = {k: statistics.fmean(x[k] for x in rows) for k in keys}
         result[f"A_suite_means_{f}"] = means
         print(f"suite means, {f} flush: A {means['A_us']:.3f} us, read floor {means['read_us']:.3f}, "
-              f"read + ticket {means['ticket_us']:.3f} (goal 3.3)")
+              f"read + fenced ticket {means['ticket_us']:.3f}, read + relaxed ticket "
+              f"{means['relaxed_us']:.3f} (goal 3.3)")
 
     print("\n== A, large inputs: % of the roofline (bytes / copy bandwidth)")
     for P in a_sizes:

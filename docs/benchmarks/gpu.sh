@@ -9,6 +9,8 @@
 #   floors        what the protocol lets any kernel reach: A and B against a pure read / a copy of their bytes,
 #                 under the benchmark's write flush and a read flush (docs/benchmarks/issue14_floors.py)
 #   tune          all 32 suite cases tuned into a fresh database, then exported ($OUT/h200_records.json)
+#   retune        $RECORDS imported, then $RETUNE_KERNEL's suite cases tuned $TRIALS more trials each through
+#                 `kernelsearch tune` (a faster correct config replaces a record), exported ($OUT/h200_records.json)
 #   bench         kernelsearch bench with the database's records (eager, compile, default, tuned)
 #   issue13       the matmul example through the service, and triton.autotune vs kernelsearch.autotune
 set -u
@@ -40,6 +42,12 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       timeout ${TUNE_S:-330} python3 -m kernelsearch.search_space.efficiency --out $OUT/tune --mode throughput \
         --throughput-trials ${TRIALS:-32} --budget-s ${BUDGET_S:-300} --measure-n 30 --trial-timeout 30 \
         --db $KS_DATABASE_URL 2>&1 | grep -v -i warn | tail -25
+      $KS records export $OUT/h200_records.json ;;
+    retune)
+      $KS db upgrade >/dev/null
+      $KS records import $RECORDS
+      timeout ${RETUNE_S:-200} $KS tune ${RETUNE_KERNEL:-vision_rope_generation_bwd} --all --trials ${TRIALS:-32} \
+        --json $OUT/retune.json 2>&1 | grep -v -i warn | tail -25
       $KS records export $OUT/h200_records.json ;;
     bench)
       timeout ${BENCH_S:-170} $KS bench --compare-default --n 30 --json $OUT/bench.json \

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 import anyio
@@ -51,7 +51,7 @@ class BestCache:
         self.version: int | None = None
         self.checked = float("-inf")
         self.error: Exception | None = None
-        self._pending: tuple[Future, float] | None = None  # (future, started) of a slow check
+        self._pending: tuple[asyncio.Future[int], float] | None = None  # (future, started) of a slow check
         self._executor: ThreadPoolExecutor | None = None
 
     def invalidate(self) -> None:

@@ -10,7 +10,7 @@ from kernelsearch.db import errors as dberr
 from kernelsearch.kernels.device import versions as kernel_versions
 
 from .. import schemas
-from ..deps import LookupStore, LookupStoreDep, SettingsDep
+from ..deps import LookupStore, LookupStoreDep, SettingsDep, StoreDep
 from ..errors import redact
 from ..lookups import LookupTimeout, bounded
 
@@ -24,7 +24,8 @@ def _health(lookups: LookupStore) -> tuple[int, list[Any]]:
 
 @router.get("/healthz", response_model=schemas.Health,
             responses={503: {"model": schemas.Unhealthy}})
-async def healthz(request: Request, settings: SettingsDep, lookups: LookupStoreDep) -> Any:
+async def healthz(request: Request, settings: SettingsDep, store: StoreDep,
+                  lookups: LookupStoreDep) -> Any:
     """200 when the database answers; 503 with the reason while it does not ("degraded"
     when it is reachable but slower than KS_LOOKUP_TIMEOUT_S: lookups answer from cache)."""
     try:
@@ -35,7 +36,7 @@ async def healthz(request: Request, settings: SettingsDep, lookups: LookupStoreD
     except (dberr.StoreUnavailable, dberr.SchemaBehind) as exc:
         return JSONResponse({"status": "unavailable", "detail": redact(str(exc))},
                             status_code=503, headers={"Retry-After": "5"})
-    return {"status": "ok", "database": store_backend(request.app.state.store),
+    return {"status": "ok", "database": store_backend(store),
             "records_version": version,
             "devices": [d if isinstance(d, str) else d.get("name") for d in devices],
             "worker": "embedded" if request.app.state.embedded_worker else "none",

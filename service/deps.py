@@ -43,11 +43,17 @@ def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
+def get_embedded_worker(request: Request) -> bool:
+    """Whether this app runs a worker itself (else workers run as `kernelsearch worker`)."""
+    return bool(request.app.state.embedded_worker)
+
+
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 StoreDep = Annotated[ServiceStore, Depends(get_store)]
 LookupStoreDep = Annotated[LookupStore, Depends(get_lookup_store)]
 BestCacheDep = Annotated[BestCache, Depends(get_best_cache)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+EmbeddedWorkerDep = Annotated[bool, Depends(get_embedded_worker)]
 
 bearer = HTTPBearer(auto_error=False, description="KS_API_TOKEN, when the service sets one")
 

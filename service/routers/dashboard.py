@@ -5,16 +5,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from ..dashboard import page, render, render_case, render_job
-from ..deps import SettingsDep, StoreDep
+from ..deps import EmbeddedWorkerDep, SettingsDep, StoreDep
 from .common import JOB_ID
 
 router = APIRouter(tags=["dashboard"])
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=True)
-async def dashboard(request: Request, store: StoreDep, settings: SettingsDep) -> HTMLResponse:
+async def dashboard(store: StoreDep, settings: SettingsDep,
+                    embedded_worker: EmbeddedWorkerDep) -> HTMLResponse:
     """The dashboard (HTML): records per kernel and device, and the jobs."""
-    return await page(render, store, settings, bool(request.app.state.embedded_worker))
+    return await page(render, store, settings, embedded_worker)
 
 
 @router.get("/case", response_class=HTMLResponse)

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from kernelsearch.db import errors as dberr
 from kernelsearch.kernels.device import versions as kernel_versions
 
 from .. import schemas
-from ..deps import LookupStore, LookupStoreDep, SettingsDep, StoreDep
+from ..deps import EmbeddedWorkerDep, LookupStore, LookupStoreDep, SettingsDep, StoreDep
 from ..errors import redact
 from ..lookups import LookupTimeout, bounded
 
@@ -24,8 +24,8 @@ def _health(lookups: LookupStore) -> tuple[int, list[Any]]:
 
 @router.get("/healthz", response_model=schemas.Health,
             responses={503: {"model": schemas.Unhealthy}})
-async def healthz(request: Request, settings: SettingsDep, store: StoreDep,
-                  lookups: LookupStoreDep) -> Any:
+async def healthz(settings: SettingsDep, store: StoreDep, lookups: LookupStoreDep,
+                  embedded_worker: EmbeddedWorkerDep) -> Any:
     """200 when the database answers; 503 with the reason while it does not ("degraded"
     when it is reachable but slower than KS_LOOKUP_TIMEOUT_S: lookups answer from cache)."""
     try:
@@ -39,7 +39,7 @@ async def healthz(request: Request, settings: SettingsDep, store: StoreDep,
     return {"status": "ok", "database": store_backend(store),
             "records_version": version,
             "devices": [d if isinstance(d, str) else d.get("name") for d in devices],
-            "worker": "embedded" if request.app.state.embedded_worker else "none",
+            "worker": "embedded" if embedded_worker else "none",
             "versions": kernel_versions()}
 
 

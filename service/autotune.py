@@ -41,6 +41,8 @@ from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule,
                                        params_from_configs)
 
+from .views import case_work_or_none
+
 log = logging.getLogger(__name__)
 
 # triton.Config's launch options, kept apart from the kernel's meta-parameters.
@@ -494,7 +496,7 @@ class Autotuner(TritonAutotuner):
 
     def _lookup(self, key: tuple, case: CaseKey, opts: Options, kwargs: dict) -> Resolution | None:
         n_trials = len(self.prune_configs(kwargs))
-        work = self._work(case)
+        work = case_work_or_none(self.kernel_def, case.axes_dict) or 0
         # Imports and clients are local work, bounded whatever the service does: done here, so
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
@@ -564,7 +566,7 @@ class Autotuner(TritonAutotuner):
             res.provisional = False  # pinned: nothing to look up, or ranks must not drift apart
             return
         res.pending = True
-        work = self._work(case)
+        work = case_work_or_none(self.kernel_def, case.axes_dict) or 0
         fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True))
         fut.add_done_callback(lambda f: self._adopt(key, f, opts))
 
@@ -671,12 +673,6 @@ class Autotuner(TritonAutotuner):
         if kdef is None:
             return None
         return kdef.case_key_of(named)
-
-    def _work(self, case: CaseKey) -> int:
-        try:
-            return int(self.kernel_def.bytes_moved(case.axes_dict))  # type: ignore[union-attr]
-        except Exception:
-            return 0
 
     def resolved(self, key: tuple) -> tuple[Config, Source] | None:
         """The config a key runs now and where it came from (one consistent view; a late lookup

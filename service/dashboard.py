@@ -1,5 +1,5 @@
-"""The dashboard: records per kernel and device, a page per case (its trials), a page per job,
-live jobs with cancel.
+"""The dashboard's pages: records per kernel and device, a page per case (its trials), a page
+per job, live jobs with cancel (routers/dashboard.py serves them).
 
 Rendered on the server with Jinja2 (autoescaping on, so a record or job holding markup shows as
 text) and inline SVG charts that scale to the page; the only script is a vendored file that
@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from kernelsearch import kernels
+from kernelsearch.db.interfaces import ServiceStore
 
-from .api import JOB_ID, _current_versions, job_json, record_json
 from .charts import PALETTE, Series, make_chart, microseconds
-
-router = APIRouter()
+from .settings import Settings
+from .views import ACTIVE_JOB_STATUSES, case_work_or_none, current_versions, job_json, record_json
 
 _env = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -56,13 +56,6 @@ def _axes_label(axes: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(axes.items()))
 
 
-def _work(kernel: str, axes: dict[str, int]) -> int | None:
-    try:
-        return int(kernels.get_kernel(kernel).bytes_moved(axes))
-    except Exception:  # a record of a kernel this code no longer has
-        return None
-
-
 def case_url(kernel: str, device: str, axes: dict[str, Any], **extra: Any) -> str:
     """The case page of (kernel, device, axes); extra query arguments (job, failed) filter it."""
     q = {"kernel": kernel, "device": device, **axes, **{k: v for k, v in extra.items() if v}}
@@ -79,7 +72,7 @@ def version_drift(record: dict[str, Any]) -> list[dict[str, str]]:
     """What the record was tuned under that differs from this server (torch, triton, the
     kernel's source); empty when the same, or when the server no longer has the kernel."""
     try:
-        current = _current_versions(record["kernel"])
+        current = current_versions(record["kernel"])
     except KeyError:
         return []
     tuned = record.get("versions") or {}
@@ -89,7 +82,7 @@ def version_drift(record: dict[str, Any]) -> list[dict[str, str]]:
 
 def _decorate(r: dict[str, Any]) -> dict[str, Any]:
     lat = r.get("latency_us")
-    r["work"] = _work(r["kernel"], r["case"])
+    r["work"] = case_work_or_none(r["kernel"], r["case"])
     r["eager_us"] = r.get("eager_latency_us") or _times(lat, r.get("speedup_eager"))
     r["compile_us"] = r.get("compile_latency_us") or _times(lat, r.get("speedup_compile"))
     pct = r.get("roofline_pct")
@@ -198,7 +191,7 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
     bests.append(cur.get("best_latency_us"))
     found = [b for b in bests if isinstance(b, (int, float))]
     j["best_us"] = min(found) if found else None
-    j["can_cancel"] = j.get("status") in ("queued", "running")
+    j["can_cancel"] = j.get("status") in ACTIVE_JOB_STATUSES
     j["url"] = f"/jobs/{j['id']}"
     return j
 
@@ -206,8 +199,8 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- pages
 
 
-def _case_args(request: Request) -> tuple[str, str, dict[str, int], int | None, bool]:
-    q = dict(request.query_params)
+def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int | None, bool]:
+    q = dict(query)
     kernel, device = q.pop("kernel", ""), q.pop("device", "")
     job, failed = q.pop("job", None), q.pop("failed", None)
     if not kernel or not device:
@@ -227,10 +220,9 @@ def _case_args(request: Request) -> tuple[str, str, dict[str, int], int | None, 
     return k.name, device, axes, int(job) if job is not None else None, failed == "1"
 
 
-def render_case(request: Request) -> str:
-    store = request.app.state.store
-    settings = request.app.state.settings
-    kernel, device, axes, job, failed_only = _case_args(request)
+def render_case(store: ServiceStore, settings: Settings, query: Mapping[str, str]) -> str:
+    """The case page; `query` holds kernel, device, the case's axes, and the job/failed filters."""
+    kernel, device, axes, job, failed_only = _case_args(query)
     label = _axes_label(axes)
     records = [_decorate(record_json(r)) for r in store.record_history(kernel, device, axes)]
     current = next((r for r in records if r.get("is_current")), None)
@@ -252,8 +244,7 @@ def render_case(request: Request) -> str:
         sidecar=sidecar)
 
 
-def render_job(request: Request, job_id: int) -> str:
-    store = request.app.state.store
+def render_job(store: ServiceStore, settings: Settings, job_id: int) -> str:
     job = store.get_job(job_id)
     if job is None:
         raise PageError(404, f"no job {job_id}")
@@ -267,26 +258,25 @@ def render_job(request: Request, job_id: int) -> str:
               "url": case_url(j["kernel"], j["device"], c, job=job_id) + "#trials" if j.get("device") else None}
              for c in j.get("cases") or []]
     return _env.get_template("job.html").render(
-        job=j, trials=trials, failed=failed, cases=cases, cancel=_cancel_enabled(request))
+        job=j, trials=trials, failed=failed, cases=cases, cancel=_cancel_enabled(settings))
 
 
-def _cancel_enabled(request: Request) -> bool:
+def _cancel_enabled(settings: Settings) -> bool:
     # Cancelling from the page needs the service's token: without one, writes have no guard.
-    return request.app.state.settings.api_token is not None
+    return settings.api_token is not None
 
 
-def render(request: Request) -> str:
-    store = request.app.state.store
+def render(store: ServiceStore, settings: Settings, embedded_worker: bool) -> str:
     groups = _groups([record_json(r) for r in store.list_records()])
     now = datetime.now(timezone.utc)
     jobs = [job_row(job_json(j), now) for j in store.list_jobs(limit=20)]
     return _env.get_template("dashboard.html").render(
         groups=groups, jobs=jobs, kernels=list(kernels.all_kernels().values()),
-        cancel=_cancel_enabled(request),
-        embedded_worker=bool(getattr(request.app.state, "embedded_worker", False)))
+        cancel=_cancel_enabled(settings), embedded_worker=embedded_worker)
 
 
-async def _page(fn: Any, *args: Any) -> HTMLResponse:
+async def page(fn: Any, *args: Any) -> HTMLResponse:
+    """fn(*args)'s HTML in a worker thread, with the CSP; a PageError is shown as its 4xx page."""
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
     try:
         html = await run_in_threadpool(fn, *args)
@@ -294,23 +284,3 @@ async def _page(fn: Any, *args: Any) -> HTMLResponse:
         html = _env.get_template("error.html").render(status=exc.status, message=str(exc))
         return HTMLResponse(html, status_code=exc.status, headers=headers)
     return HTMLResponse(html, headers=headers)
-
-
-@router.get("/", response_class=HTMLResponse, include_in_schema=True, tags=["dashboard"])
-async def dashboard(request: Request) -> HTMLResponse:
-    """The dashboard (HTML): records per kernel and device, and the jobs."""
-    return await _page(render, request)
-
-
-@router.get("/case", response_class=HTMLResponse, tags=["dashboard"])
-async def case_page(request: Request) -> HTMLResponse:
-    """One case (kernel, device and the case's axes as query arguments): its record, versions,
-    optimisation history and every trial; `job=N` and `failed=1` filter the trial table."""
-    return await _page(render_case, request)
-
-
-@router.get("/jobs/{job_id}", response_class=HTMLResponse, tags=["dashboard"])
-async def job_page(request: Request,
-                   job_id: int = JOB_ID) -> HTMLResponse:
-    """One job: its progress and the trials it ran, the failed ones first."""
-    return await _page(render_job, request, job_id)

@@ -6,6 +6,7 @@ encode: a 500). Here both become {"detail": "<sentence>", "errors": [{"loc", "ms
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,6 +14,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kernelsearch.db import errors as dberr
+
+_URL_CREDENTIALS = re.compile(r"(\w+://[^:/@\s]+):[^@\s]*@")
+
+
+def redact(text: str) -> str:
+    """Drop passwords from database URLs quoted in messages and logs."""
+    return _URL_CREDENTIALS.sub(r"\1:***@", text)
 
 
 def _text(s: Any) -> str:
@@ -46,7 +56,9 @@ def validation_detail(errors: Iterable[Mapping[str, Any]]) -> str:
 
 
 def install(app: FastAPI) -> None:
-    """Route HTTPException (FastAPI's, Starlette's 404/405) and validation errors to the shape."""
+    """Route HTTPException (FastAPI's, Starlette's 404/405), validation errors and the store's
+    failures to the shape: an unreachable database or one behind the code's schema is a 503
+    (every route, until it is back), a row the store does not have a 404."""
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -56,3 +68,16 @@ def install(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
         return error_response(422, validation_detail(errors), errors)
+
+    @app.exception_handler(dberr.StoreUnavailable)
+    async def _unavailable(request: Request, exc: dberr.StoreUnavailable) -> JSONResponse:
+        return error_response(503, redact(str(exc)) or "database unavailable",
+                              headers={"Retry-After": "5"})
+
+    @app.exception_handler(dberr.SchemaBehind)
+    async def _schema(request: Request, exc: dberr.SchemaBehind) -> JSONResponse:
+        return error_response(503, str(exc))
+
+    @app.exception_handler(dberr.NotFound)
+    async def _not_found(request: Request, exc: dberr.NotFound) -> JSONResponse:
+        return error_response(404, str(exc))

@@ -18,12 +18,9 @@ from kernelsearch.kernels import provider as kprovider
 
 from .client import Client, ClientError
 from .settings import Settings
+from .views import case_work
 
 log = logging.getLogger(__name__)
-
-
-def _work(kernel: str, axes: Mapping[str, int]) -> int:
-    return int(get_kernel(kernel).bytes_moved(axes))
 
 
 class StoreProvider:
@@ -35,7 +32,7 @@ class StoreProvider:
     def best_config(self, kernel: str, axes: Mapping[str, int], device: str) -> dict[str, Any] | None:
         try:
             kdef = get_kernel(kernel)
-            found = self.store.find_best(kernel, device, dict(axes), _work(kernel, axes),
+            found = self.store.find_best(kernel, device, dict(axes), case_work(kdef, axes),
                                          distance=lambda other, _w: kdef.distance(axes, other))
         except Exception as exc:  # an unreachable or broken database must not fail the call
             log.warning("local store lookup failed for %s on %s: %s", kernel, device, exc)
@@ -95,7 +92,7 @@ class ServiceProvider:
             recovered, self._degraded = self._degraded, False
             known = self._known.setdefault(key, {})
             case = got.get("case") or axes
-            known[tuple(sorted(case.items()))] = (_work(kernel, case), config)
+            known[tuple(sorted(case.items()))] = (case_work(kernel, case), config)
             first = key not in self._listed
             self._listed.add(key)
         if recovered:
@@ -117,7 +114,7 @@ class ServiceProvider:
                 case = r.get("case")
                 if isinstance(case, dict) and isinstance(r.get("config"), dict):
                     try:
-                        known[tuple(sorted(case.items()))] = (_work(kernel, case), dict(r["config"]))
+                        known[tuple(sorted(case.items()))] = (case_work(kernel, case), dict(r["config"]))
                     except (KeyError, TypeError, ValueError):
                         continue
 

@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":
         # A lease must outlive a missed heartbeat or two, or two live workers take the same job
-        # from each other in turn (KS_LEASE_SECONDS=5 with a 10 s heartbeat ran no trial).
+        # from each other in turn (a 5 s lease with a 10 s heartbeat never finishes a trial).
         if self.lease_seconds < LEASE_MARGIN * self.heartbeat_seconds:
             raise ValueError(
                 f"KS_LEASE_SECONDS ({self.lease_seconds:g}) must be at least {LEASE_MARGIN}x "

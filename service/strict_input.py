@@ -1,4 +1,4 @@
-"""Strict reading of what a client sends: JSON bodies, query text and integers.
+"""Strict reading of what a client sends: body sizes, JSON bodies, query text and integers.
 
 Python's parsers are lax where the API must not be: json reads NaN, Infinity and 1e400 (as inf)
 and lone surrogates; int() reads "1_000", " 12 " and Arabic-Indic digits; pydantic's lax mode
@@ -73,6 +73,51 @@ class StrictJSON:
             await resp(scope, _disconnected, send)
             return
         await self.app(scope, replaying(messages, receive), send)
+
+
+class BodyLimit:
+    """Pure ASGI middleware: a request body over `max_bytes` is answered 413 before any parsing."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await self._reject(scope, send, 400, "Content-Length is not a number")
+                    return
+                if declared > self.max_bytes:
+                    await self._reject(scope, send, 413, self._too_big())
+                    return
+        messages = []
+        size = 0
+        while True:
+            msg = await receive()
+            messages.append(msg)
+            if msg["type"] != "http.request":
+                break
+            size += len(msg.get("body", b""))
+            if size > self.max_bytes:
+                await self._reject(scope, send, 413, self._too_big())
+                return
+            if not msg.get("more_body", False):
+                break
+        await self.app(scope, replaying(messages, receive), send)
+
+    def _too_big(self) -> str:
+        return f"request body larger than {self.max_bytes} bytes (KS_MAX_BODY_BYTES)"
+
+    @staticmethod
+    async def _reject(scope: dict, send: Callable, status: int, detail: str) -> None:
+        resp = error_response(status, detail)
+        await resp(scope, _disconnected, send)
 
 
 def replaying(messages: list[dict], receive: Any) -> Any:

@@ -24,7 +24,8 @@ def test_wheel_has_one_top_level_package(tmp_path):
     assert tops == {"kernelsearch"}, tops
     for needed in ("kernelsearch/__init__.py", "kernelsearch/kernels/registry.py",
                    "kernelsearch/db/alembic.ini", "kernelsearch/db/migrations/env.py",
-                   "kernelsearch/service/cli.py", "kernelsearch/search_space/spaces/"
+                   "kernelsearch/service/cli.py", "kernelsearch/service/routers/jobs.py",
+                   "kernelsearch/search_space/spaces/"
                    "vision_rope_generation_bwd.toml",
                    "kernelsearch/kernels/cases/vision_rope_generation_bwd.json"):
         assert needed in names, needed

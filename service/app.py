@@ -1,0 +1,151 @@
+"""The FastAPI app: kernels, best-config lookups, records, the job queue, the dashboard, metrics.
+
+`create_app()` builds what the routes share (stores, lookup cache, metrics, the writers' token)
+once, into `app.state`, where routers/ read it through deps.py; `kernelsearch serve` runs it
+under uvicorn. The database is the only state shared between processes: jobs are rows a worker
+claims, records are rows a lookup reads (through an in-process cache that notices changes via
+records_version()).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from fastapi import Depends, FastAPI
+from fastapi.concurrency import run_in_threadpool
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
+
+from kernelsearch.db import errors as dberr
+from kernelsearch.db.engine import check_schema
+from kernelsearch.db.interfaces import ServiceStore
+
+from . import errors
+from .errors import redact
+from .lookups import BestCache, lookup_store
+from .metrics import Metrics
+from .routers import best, dashboard, health, jobs, kernels, metrics, records
+from .settings import Settings, get_settings
+from .strict_input import BodyLimit, StrictJSON, query_text
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).with_name("static")
+
+
+def create_app(settings: Settings | None = None, *, store: ServiceStore | None = None,
+               start_worker: bool = False, worker_process: bool = False) -> FastAPI:
+    """The API over `store` (default: a Store on settings.database_url, and another with its
+    own pool and timeouts for lookups; both closed when the app stops).
+
+    With start_worker, a Worker claims and tunes jobs for as long as the app runs: in a thread,
+    or with worker_process in a `kernelsearch worker` child process (restarted if it dies).
+    Startup refuses a database whose schema is not this code's (db.errors.SchemaBehind).
+    """
+    settings = settings or get_settings()
+    own_store = store is None
+    if store is None:
+        from kernelsearch.db.store import Store
+
+        store = Store(settings.database_url)
+    lookups = lookup_store(settings) if own_store else store
+
+    # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN.
+    app = FastAPIOffline(
+        title="kernelsearch",
+        version="0.1.0",
+        summary="Best Triton kernel configs per workload case and device, and a tuning job queue.",
+        lifespan=_lifespan(own_store, start_worker, worker_process),
+        dependencies=[Depends(query_text)],
+        # Not `model`: that would file the schema under an HTML route's own media type.
+        responses={"4XX": {"description": "the request was refused (one shape for every 4xx)",
+                           "content": {"application/json": {"schema": {
+                               "$ref": "#/components/schemas/Message"}}}}},
+    )
+    errors.install(app)
+    app.state.settings = settings
+    app.state.store = store
+    app.state.lookups = lookups
+    app.state.metrics = Metrics(count_jobs=lambda status: store.count_jobs(status=status))
+    app.state.best_cache = BestCache(lookups, settings.records_check_seconds)
+    app.state.writer_token = (settings.api_token.get_secret_value().encode()
+                              if settings.api_token else None)
+    app.state.worker = None
+    app.state.embedded_worker = start_worker
+
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(StrictJSON)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    for router in (health.router, kernels.router, best.make_router(), records.router,
+                   jobs.router, metrics.router, dashboard.router):
+        app.include_router(router)
+    return app
+
+
+def _lifespan(own_store: bool, start_worker: bool, worker_process: bool) -> Any:
+    """Check the schema, run the embedded worker if asked, and at the end stop it and close what
+    create_app opened."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = app.state
+        try:
+            await run_in_threadpool(_check_schema, state.store)
+        except dberr.StoreUnavailable as exc:
+            # Serve anyway: every route answers 503 until the database is back.
+            log.warning("starting without the database: %s", redact(str(exc)))
+        stop = threading.Event()
+        thread = None
+        child = None
+        if start_worker and worker_process:
+            from .worker_process import WorkerProcess
+
+            child = WorkerProcess(state.settings).start()
+            state.worker = child
+        elif start_worker:
+            from .worker import Worker, worker_store
+
+            # Its own pool: a tuning job's writes never hold the connections lookups need.
+            wstore = worker_store(state.settings) if own_store else state.store
+            worker = Worker(state.settings, wstore, metrics=state.metrics,
+                            on_records_changed=state.best_cache.invalidate)
+            thread = threading.Thread(target=worker.run_forever, args=(stop,),
+                                      name="ks-worker", daemon=True)
+            thread.start()
+            state.worker = worker
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S
+
+                # The embedded worker ends its trial first (no limit set: the longest default).
+                limit = state.settings.trial_timeout_s or INTERPRETER_TRIAL_TIMEOUT_S
+                await asyncio.to_thread(thread.join, limit + 10)
+            if child is not None:
+                await asyncio.to_thread(child.stop)
+            state.best_cache.close()
+            if own_store:
+                state.lookups.close()
+                state.store.close()
+
+    return lifespan
+
+
+def _check_schema(store: Any) -> None:
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        from kernelsearch.db.engine import make_engine
+
+        engine = make_engine(store.url)
+    check_schema(engine)

@@ -1,0 +1,33 @@
+"""What several routers share: the documented error answers, the job id parameter, and the
+kernel and text checks every route applies the same way."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException
+from fastapi import Path as PathParam
+
+from kernelsearch import kernels
+
+from .. import schemas
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": schemas.Message}, 404: {"model": schemas.Message},
+    422: {"model": schemas.Message}, 503: {"model": schemas.Message}}
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS, 401: {"model": schemas.Message}, 409: {"model": schemas.Message},
+    413: {"model": schemas.Message}, 429: {"model": schemas.Message}}
+JOB_ID = PathParam(ge=1, le=2**31 - 1, description="a job's id")
+
+
+def kernel_or_404(name: str) -> kernels.KernelDef:
+    try:
+        return kernels.get_kernel(name)
+    except KeyError as exc:
+        raise HTTPException(404, exc.args[0]) from None
+
+
+def check_text(name: str, value: str) -> None:
+    """Reject control characters (PostgreSQL refuses NUL in text) and absurd lengths: 422."""
+    if len(value) > 200 or any(ord(ch) < 32 for ch in value):
+        raise HTTPException(422, f"{name}: at most 200 printable characters")

@@ -1,0 +1,31 @@
+"""The dashboard's HTML routes (the pages are rendered by service/dashboard.py)."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from ..dashboard import page, render, render_case, render_job
+from ..deps import EmbeddedWorkerDep, SettingsDep, StoreDep
+from .common import JOB_ID
+
+router = APIRouter(tags=["dashboard"])
+
+
+@router.get("/", response_class=HTMLResponse, include_in_schema=True)
+async def dashboard(store: StoreDep, settings: SettingsDep,
+                    embedded_worker: EmbeddedWorkerDep) -> HTMLResponse:
+    """The dashboard (HTML): records per kernel and device, and the jobs."""
+    return await page(render, store, settings, embedded_worker)
+
+
+@router.get("/case", response_class=HTMLResponse)
+async def case_page(request: Request, store: StoreDep, settings: SettingsDep) -> HTMLResponse:
+    """One case (kernel, device and the case's axes as query arguments): its record, versions,
+    optimisation history and every trial; `job=N` and `failed=1` filter the trial table."""
+    return await page(render_case, store, settings, request.query_params)
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job_page(store: StoreDep, settings: SettingsDep, job_id: int = JOB_ID) -> HTMLResponse:
+    """One job: its progress and the trials it ran, the failed ones first."""
+    return await page(render_job, store, settings, job_id)

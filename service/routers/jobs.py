@@ -1,0 +1,89 @@
+"""/v1/jobs: the tuning job queue (workers claim what is queued here)."""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+from kernelsearch.db import errors as dberr
+
+from .. import schemas
+from ..deps import SettingsDep, StoreDep, require_writer
+from ..strict_input import AsciiInt
+from ..views import job_json
+from .common import ERRORS, JOB_ID, WRITE_ERRORS, kernel_or_404
+
+router = APIRouter(tags=["jobs"])
+
+# A job that ended by itself cannot be cancelled (cancelling a cancelled one answers it again).
+_ENDED = ("succeeded", "failed")
+
+
+@router.post("/v1/jobs", status_code=202, response_model=schemas.JobOut,
+             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) -> Any:
+    """Queue a tuning job; a worker claims it. 202 with the job as queued."""
+    k = kernel_or_404(body.kernel)
+    if body.n_trials > settings.max_trials_per_job:
+        raise HTTPException(422, f"n_trials: at most {settings.max_trials_per_job} per job "
+                                 f"(KS_MAX_TRIALS_PER_JOB), got {body.n_trials}")
+    if body.cases == "all":
+        cases = [dict(c.axes) for c in k.cases]
+    else:
+        if not body.cases:
+            raise HTTPException(422, 'cases: give at least one case, or "all"')
+        cases = []
+        for i, axes in enumerate(body.cases):
+            try:
+                cases.append(k.validate_axes(axes, strict=True))
+            except ValueError as exc:
+                raise HTTPException(422, f"cases[{i}]: {exc}") from None
+        cases = list({tuple(sorted(c.items())): c for c in cases}.values())
+    if len(cases) > settings.max_cases_per_job:
+        raise HTTPException(422, f"cases: at most {settings.max_cases_per_job} per job "
+                                 f"(KS_MAX_CASES_PER_JOB), got {len(cases)}")
+    sampler = body.sampler or "tpe"
+    known = _samplers()
+    if known and sampler not in known:
+        raise HTTPException(422, f"sampler: unknown {sampler!r}; known: {', '.join(known)}")
+    try:
+        job = store.create_job(k.name, cases, body.n_trials, sampler,
+                               timeout_s=body.timeout_s, max_queued=settings.max_queued_jobs)
+    except dberr.Conflict as exc:
+        raise HTTPException(429, str(exc)) from None
+    return job_json(job)
+
+
+@router.get("/v1/jobs", response_model=list[schemas.JobOut], responses=ERRORS)
+def list_jobs(store: StoreDep, status: schemas.JobStatus | None = None,
+              limit: Annotated[AsciiInt, Query(ge=1, le=1000)] = 100) -> Any:
+    """Newest first."""
+    return [job_json(j) for j in store.list_jobs(status=status, limit=limit)]
+
+
+@router.get("/v1/jobs/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
+def get_job(job_id: Annotated[AsciiInt, JOB_ID], store: StoreDep) -> Any:
+    job = store.get_job(job_id)
+    if job is None:
+        raise HTTPException(404, f"no job {job_id}")
+    return job_json(job)
+
+
+@router.post("/v1/jobs/{job_id}/cancel", response_model=schemas.JobOut,
+             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def cancel_job(job_id: Annotated[AsciiInt, JOB_ID], store: StoreDep) -> Any:
+    """Cancel a queued or running job (a running one stops after its current trial)."""
+    job = store.get_job(job_id)
+    if job is None:
+        raise HTTPException(404, f"no job {job_id}")
+    if job.status in _ENDED:
+        raise HTTPException(409, f"job {job_id} already {job.status}")
+    return job_json(store.cancel_job(job_id))
+
+
+def _samplers() -> tuple[str, ...]:
+    try:
+        from kernelsearch.search_space.tuner import SAMPLERS
+    except ImportError:
+        return ()
+    return tuple(SAMPLERS)

@@ -1,0 +1,78 @@
+"""What the API and the dashboard show of records, jobs and cases, in one place.
+
+Both render the same record (RecordOut's fields with `case`, `latency_us` and `versions`) and the
+same job; a case's size in bytes moved orders records and picks the nearest tuned case, for the
+routes, the dashboard and the config providers alike.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from kernelsearch import kernels
+from kernelsearch.kernels.device import versions as kernel_versions
+
+# The statuses in which a job can still be cancelled (the dashboard offers its button).
+ACTIVE_JOB_STATUSES = ("queued", "running")
+
+
+@lru_cache(maxsize=None)
+def current_versions(kernel: str) -> dict[str, str | None]:
+    """The versions a record of `kernel` is compared with: fixed for the life of the process,
+    and costly (the source identity parses the kernel's module), so computed once per kernel."""
+    v = kernel_versions()
+    return {"torch": v.get("torch"), "triton": v.get("triton"),
+            "source_hash": kernels.get_kernel(kernel).source_hash}
+
+
+def case_work(kernel: str | kernels.KernelDef, axes: Mapping[str, Any]) -> int:
+    """The bytes a case of `kernel` moves: the measure nearest-case lookups compare."""
+    kdef = kernels.get_kernel(kernel) if isinstance(kernel, str) else kernel
+    return int(kdef.bytes_moved(axes))
+
+
+def case_work_or_none(kernel: str | kernels.KernelDef | None, axes: Mapping[str, Any]) -> int | None:
+    """case_work, or None where it cannot be known (a kernel this code no longer has, axes its
+    size function refuses): a listing still shows such a record."""
+    if kernel is None:
+        return None
+    try:
+        return case_work(kernel, axes)
+    except Exception:
+        return None
+
+
+def record_json(record: Any) -> dict[str, Any]:
+    """A record view as the API shows it (RecordOut's fields plus whatever the store adds)."""
+    d = record.as_dict() if hasattr(record, "as_dict") else dict(record)
+    out = dict(d)
+    out.setdefault("case", d.get("axes"))
+    out.setdefault("latency_us", d.get("latency_median_us"))
+    out.setdefault("versions", {"torch": d.get("torch_version"),
+                                "triton": d.get("triton_version"),
+                                "source_hash": d.get("source_hash")})
+    return jsonable(out)
+
+
+def job_json(job: Any) -> dict[str, Any]:
+    """A job view as the API shows it (JobOut's fields)."""
+    d = job.as_dict() if hasattr(job, "as_dict") else dict(job)
+    return jsonable(d)
+
+
+def jsonable(d: Any) -> Any:
+    """A copy of `d` made of JSON types only (datetimes as ISO 8601 text)."""
+    return json.loads(json.dumps(d, default=_default))
+
+
+def dumps(d: Any) -> bytes:
+    """`d` as compact JSON bytes, for answers the lookup cache keeps ready to send."""
+    return json.dumps(d, default=_default, separators=(",", ":")).encode()
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "isoformat"):
+        return o.isoformat()
+    raise TypeError(f"not JSON-able: {type(o).__name__}")

@@ -5,7 +5,7 @@ import json
 
 import optuna
 
-from kernelsearch.search_space.efficiency import TableRunner, _grid_table, best_so_far, trials_to_within
+from kernelsearch_tools.efficiency import TableRunner, _grid_table, best_so_far, trials_to_within
 from kernelsearch.search_space.tuner import tune_case
 
 from conftest import FAKE, fake_space

@@ -3,7 +3,7 @@
 Not the tuner: no database, no Optuna. It compiles candidate configs in parallel processes (the
 on-disk Triton cache then makes the in-process compile a load), checks every config on every case
 against float64 with poisoned outputs, times them all under one profiler session per case, and
-writes one JSON file. Used for the performance notes in docs/; `python -m kernelsearch.kernels.explore -h`.
+writes one JSON file. Used for the performance notes in docs/; `python -m kernelsearch_tools.explore -h`.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Search-efficiency and throughput experiments, for the GPU box (argparse, SQLite, matplotlib).
 
-    python -m kernelsearch.search_space.efficiency --out DIR [--mode search|throughput|both]
+    python -m kernelsearch_tools.efficiency --out DIR [--mode search|throughput|both]
         [--kernels K,K] [--cases 2,3,4,5] [--budget-s 540] [--seeds 3] [--measure-n 30]
-    python -m kernelsearch.search_space.efficiency --out DIR --table EXPLORE.json [--cases ...] [--seeds 5]
+    python -m kernelsearch_tools.efficiency --out DIR --table EXPLORE.json [--cases ...] [--seeds 5]
 
 search: for each kernel and case, the exhaustive grid over the space file's [reduced] subset is
 measured for real (tune_case, sampler grid); every measured outcome is kept as a table. TPE with
@@ -13,7 +13,7 @@ grid bests of the other cases. Reported: trials to come within 3% of the grid's 
 number and as a fraction of the grid's size; best-so-far plot. `--live` also runs TPE with
 warm start for real on each case, to check the replay against the GPU.
 
-search with --table: no GPU. The grid is not measured but read from a `kernels.explore` JSON
+search with --table: no GPU. The grid is not measured but read from a `kernelsearch_tools.explore` JSON
 (every config checked against float64 and timed on every suite case). The space is the kernel's
 space restricted to the largest product grid the table covers (parameters outside it fixed at the
 table's single value); its configs that the space and the kernel accept are the grid, and the
@@ -43,9 +43,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from kernelsearch.kernels import all_kernels, get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
 
-from .runner import TrialOutcome, TrialRunner
-from .space import SearchSpace, get_space
-from .tuner import make_storage, tune_case
+from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
+from kernelsearch.search_space.space import SearchSpace, get_space
+from kernelsearch.search_space.tuner import make_storage, tune_case
 
 WITHIN = 0.03
 
@@ -208,13 +208,13 @@ def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping
                                      "wall_s": r.wall_s}
 
 
-# -- the grid read from a kernels.explore table -----------------------------------------------
+# -- the grid read from a kernelsearch_tools.explore table -----------------------------------------------
 def load_table(path: str | Path) -> dict[str, Any]:
-    """A `kernels.explore` JSON: {"device", "versions", "copy_bandwidth_Bps", "kernels": {name:
+    """A `kernelsearch_tools.explore` JSON: {"device", "versions", "copy_bandwidth_Bps", "kernels": {name:
     {"cases": [{"case", "axes", "rows": [{"config", "ok", "errors", "timing", ...}]}]}}}."""
     doc = json.loads(Path(path).read_text())
     if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), dict) or not doc["kernels"]:
-        raise ValueError(f"{path}: not a kernels.explore table (no 'kernels')")
+        raise ValueError(f"{path}: not a kernelsearch_tools.explore table (no 'kernels')")
     if not isinstance(doc.get("device"), dict) or not doc["device"].get("name"):
         raise ValueError(f"{path}: no 'device' with a name")
     for kname, kd in doc["kernels"].items():
@@ -313,7 +313,7 @@ def _table_record(kname: str, axes: Mapping[str, int], row: Mapping[str, Any], *
 def run_table_search(doc: Mapping[str, Any], kernels: Sequence[str], cases: Sequence[int] | None,
                      store: Any, url: str, clock: Clock, *, seeds: int, measure_n: int,
                      replay_fraction: float, tag: str, log: Any) -> dict[str, Any]:
-    """The search experiment over a measured `kernels.explore` table instead of a GPU grid."""
+    """The search experiment over a measured `kernelsearch_tools.explore` table instead of a GPU grid."""
     import optuna
 
     out: dict[str, Any] = {"within": WITHIN, "source": "table", "kernels": {}}
@@ -481,12 +481,12 @@ def plot(search: Mapping[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kernelsearch.search_space.efficiency", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m kernelsearch_tools.efficiency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="folder for results.json, the PNG and the DB")
     p.add_argument("--mode", choices=("search", "throughput", "both"), default="search")
     p.add_argument("--table", type=Path, default=None,
-                   help="search over this kernels.explore JSON instead of measuring a grid (no GPU)")
+                   help="search over this kernelsearch_tools.explore JSON instead of measuring a grid (no GPU)")
     p.add_argument("--kernels", default=None,
                    help="comma-separated names (default: all, or those in --table)")
     p.add_argument("--cases", default=None,

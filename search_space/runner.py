@@ -251,9 +251,10 @@ def _compile_init(modules: Sequence[str]) -> None:
     """Runs once in each pool process: imports, the CUDA context, launches turned into warmups."""
     _import_modules(modules)
     import torch
-    from triton.runtime.jit import JITFunction
 
     from kernelsearch.kernels.device import default_device
+
+    from ._triton_private import launches_become_warmups
 
     # One compile per process at a time: torch's intra-op threads would only oversubscribe the
     # cores the other workers and the trial child use.
@@ -261,12 +262,7 @@ def _compile_init(modules: Sequence[str]) -> None:
     device = default_device()
     if device.type == "cuda":
         torch.empty(1, device=device)
-    original = JITFunction.run
-
-    def warmup_only(self, *args, grid, warmup, **kwargs):  # compile and cache, never launch
-        return original(self, *args, grid=grid, warmup=True, **kwargs)
-
-    JITFunction.run = warmup_only
+    launches_become_warmups()
 
 
 def _warm_worker() -> int:
@@ -351,6 +347,7 @@ class TrialRunner:
         self.restarts = 0
         self._requested_workers = compile_workers
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._pool_procs: list[Any] = []
         self._pending: dict[str, cf.Future] = {}
         # One warm-up task per pool process; the pool is warm once all are done.
         self._warming: list[cf.Future] = []
@@ -460,12 +457,16 @@ class TrialRunner:
         if self._pool is not None:
             return
         n = self.compile_workers
+        before = set(mp.active_children())
         self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self._ctx,
                                             initializer=_compile_init,
                                             initargs=(self.kernel_modules,))
         # The pool spawns a process per submitted task while none is idle: one task per worker
         # starts them all now, not one by one as configs arrive.
         self._warming = [self._pool.submit(_warm_worker) for _ in range(n)]
+        # Those processes, known through multiprocessing's public list of this process's
+        # children (the pool never replaces one), so that _drop_pool can kill a stuck one.
+        self._pool_procs = [p for p in mp.active_children() if p not in before]
 
     def _pool_warming(self) -> bool:
         """True while a process of the pool is still starting (imports, CUDA context, compiler)."""
@@ -477,8 +478,8 @@ class TrialRunner:
 
     def _drop_pool(self) -> None:
         pool, self._pool = self._pool, None
+        procs, self._pool_procs = self._pool_procs, []
         if pool is not None:
-            procs = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
             # A compile is only a hint: a worker stuck in one (a hanging compiler) must not
             # outlive the runner, nor hold up this interpreter's exit, which joins the pool.

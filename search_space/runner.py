@@ -25,7 +25,6 @@ references. A trial that modified its inputs drops them.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import logging
 import math
 import multiprocessing as mp
@@ -38,6 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from kernelsearch.kernels.errors import FailureKind
 from kernelsearch.kernels.registry import get_kernel, resolve
+from kernelsearch.kernels.spec import config_key
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def _warm_worker() -> int:
 
 # Per pool process: uninitialised tensors shaped like a case's inputs, for the latest two cases
 # (the one being tuned and the next one being prefetched).
-_SHAPED: "OrderedDict[str, tuple[Any, ...]]" = OrderedDict()
+_SHAPED: "OrderedDict[tuple[str, str], tuple[Any, ...]]" = OrderedDict()
 _SHAPED_CASES = 2
 
 
@@ -283,7 +283,7 @@ def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
     a real draw, since there the launch runs for real."""
     from kernelsearch.kernels.device import default_device
 
-    key = json.dumps([kernel.name, dict(sorted(axes.items()))])
+    key = (kernel.name, config_key(axes))
     got = _SHAPED.get(key)
     if got is not None:
         _SHAPED.move_to_end(key)
@@ -299,9 +299,10 @@ def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
     return got
 
 
-def _compile_one(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
-    from kernelsearch.kernels import get_kernel
-
+def compile_config(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
+    """Compile one config for one case by launching it on shaped inputs (in a pool process whose
+    launches are warmups, or on garbage data, never timed); the seconds it took. Raises what
+    validation or the compiler raised."""
     kernel = get_kernel(kernel_name)
     t0 = time.perf_counter()
     cfg = kernel.validate_config(config)
@@ -309,9 +310,8 @@ def _compile_one(kernel_name: str, axes: Mapping[str, int], config: Mapping[str,
     return time.perf_counter() - t0
 
 
-def _key(kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> str:
-    return json.dumps([kernel, dict(sorted(axes.items())), dict(sorted(config.items()))],
-                      sort_keys=True, default=str)
+def _key(kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> tuple[str, str, str]:
+    return kernel, config_key(axes), config_key(config)
 
 
 class TrialRunner:
@@ -348,7 +348,7 @@ class TrialRunner:
         self._requested_workers = compile_workers
         self._pool: cf.ProcessPoolExecutor | None = None
         self._pool_procs: list[Any] = []
-        self._pending: dict[str, cf.Future] = {}
+        self._pending: dict[tuple[str, str, str], cf.Future] = {}
         # One warm-up task per pool process; the pool is warm once all are done.
         self._warming: list[cf.Future] = []
         self._bandwidth: float | None | bool = False
@@ -503,7 +503,7 @@ class TrialRunner:
             if k in self._pending:
                 continue
             try:
-                self._pending[k] = self._pool.submit(_compile_one, kernel, dict(axes), dict(cfg))
+                self._pending[k] = self._pool.submit(compile_config, kernel, dict(axes), dict(cfg))
             except cf.BrokenExecutor:
                 self._drop_pool()
                 return submitted

@@ -90,11 +90,11 @@ def test_the_pool_draws_shapes_once_per_case_and_keeps_two_cases():
     probe.EVENTS.clear()
     runner_mod._SHAPED.clear()
     for block in (16, 32, 64):
-        runner_mod._compile_one(PROBE, {"n": 24}, {"MODE": "ok", "BLOCK": block})
+        runner_mod.compile_config(PROBE, {"n": 24}, {"MODE": "ok", "BLOCK": block})
     assert _count(probe.EVENTS, "make_inputs") == 1
     assert _count(probe.EVENTS, "launch") == 3
     for n in (25, 26, 24):
-        runner_mod._compile_one(PROBE, {"n": n}, OK)
+        runner_mod.compile_config(PROBE, {"n": n}, OK)
     assert len(runner_mod._SHAPED) == 2
     assert _count(probe.EVENTS, "make_inputs") == 4  # n=24 was dropped for 25 and 26
 

@@ -69,6 +69,7 @@ def require_loopback(url: str) -> str:
 def synthetic_configs(kernel: Any, n: int) -> list[dict[str, Any]]:
     """n distinct valid configs of the kernel (so a wrong answer cannot look right by chance)."""
     from kernelsearch.kernels.errors import InvalidConfig
+    from kernelsearch.kernels.spec import config_key
 
     names = [p.name for p in kernel.params]
     out: list[dict[str, Any]] = []
@@ -78,7 +79,7 @@ def synthetic_configs(kernel: Any, n: int) -> list[dict[str, Any]]:
             cfg = kernel.validate_config(dict(zip(names, values)))
         except InvalidConfig:
             continue
-        key = json.dumps(cfg, sort_keys=True)
+        key = config_key(cfg)
         if key not in seen:
             seen.add(key)
             out.append(cfg)

@@ -22,7 +22,7 @@ from kernelsearch.kernels.check import InputCache, check_config
 from kernelsearch.search_space import runner as runner_mod
 from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
 from kernelsearch.search_space.space import SearchSpace
-from kernelsearch.search_space.tuner import tune_case
+from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
 
 from conftest import FAKE
 
@@ -232,10 +232,12 @@ class _InstantRunner:
         return TrialOutcome(ok=True, timing={"median_us": value, "method": "test"})
 
 
-def _tune(store, runner, n_trials, name, **kw):
-    return tune_case(PROBE, {"n": 60}, store=store, storage_url="unused", n_trials=n_trials,
-                     sampler="tpe", runner=runner, seed=0, space=probe_space(), name=name,
-                     storage=runner.storage, write_record=False, **kw)
+def _tune(store, runner, n_trials, name, should_stop=None, **kw):
+    return tune_case(PROBE, {"n": 60}, store=store, storage_url="unused", runner=runner,
+                     space=probe_space(), storage=runner.storage,
+                     options=TuneOptions(n_trials=n_trials, sampler="tpe", seed=0, name=name,
+                                         write_record=False, **kw),
+                     hooks=TuneHooks(should_stop=should_stop))
 
 
 def test_the_next_trials_are_asked_and_prefetched_while_the_current_ones_run(ss_store):

@@ -217,8 +217,8 @@ def _rope_gen_bwd_kernel(
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
     else:
         # Two levels: the last of each GROUP programs sums its group's partials, the last group
-        # sums the group sums. Tickets on one counter serialise at the L2 (about 5 ns each on
-        # the H200), so a grid of many small programs pays for them twice over otherwise.
+        # sums the group sums. Tickets on one counter serialise at the L2 (a few ns each), so a
+        # grid of many small programs pays for them twice over otherwise.
         n_prog = tl.num_programs(0)
         n_groups = tl.cdiv(n_prog, GROUP)
         g = pid // GROUP
@@ -441,8 +441,8 @@ def _rules(cfg: Mapping[str, Any]) -> str | None:
         return (f"BLOCK_P={cfg['BLOCK_P']} with num_warps={cfg['num_warps']} puts {per_thread} "
                 "accumulator values per thread (at most 128)")
     # Prefetch keeps two tiles of three inputs live: 6 values per accumulator value. Past 48
-    # (288 loaded values per thread) ptxas spills heavily, and on the H200 one such config
-    # (quarters, 64 patches, 2 warps) computed wrong sums (run 6).
+    # (288 loaded values per thread) ptxas spills heavily, and such configs can compute wrong
+    # sums (docs/perf-notes.md).
     if cfg["PIPELINE"] == "prefetch" and per_thread > 48:
         return (f"PIPELINE=prefetch with BLOCK_P={cfg['BLOCK_P']} and num_warps={cfg['num_warps']} "
                 f"keeps {6 * per_thread} loaded values per thread (at most 288)")

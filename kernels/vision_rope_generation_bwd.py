@@ -217,8 +217,8 @@ def _rope_gen_bwd_kernel(
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
     else:
         # Two levels: the last of each GROUP programs sums its group's partials, the last group
-        # sums the group sums. Tickets on one counter serialise at the L2 (a few ns each), so a
-        # grid of many small programs pays for them twice over otherwise.
+        # sums the group sums. Tickets on one counter serialise at the L2 (about 5 ns each on
+        # the H200), so a grid of many small programs pays for them twice over otherwise.
         n_prog = tl.num_programs(0)
         n_groups = tl.cdiv(n_prog, GROUP)
         g = pid // GROUP

@@ -14,10 +14,12 @@ $(BIN)/python:
 
 # Reinstalled whenever pyproject.toml changes. torch first, pinned to the CPU build that lies on
 # this kind of machine's disk: asked for by a range, pip would fetch a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The measurement tools (docs/tools, dev only) go in after the package they depend on.
+$(VENV)/.installed: pyproject.toml docs/tools/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps -e docs/tools
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,7 +1,7 @@
 """sin/cos variants the kernels accept.
 
 `precise` is libdevice's sinf/cosf; `approx` is the hardware's sin.approx/cos.approx, accurate
-only near zero (1.3e-3 at the domain's largest angles on the H200, so the gate rejects it and
+only near zero (errors near 1e-3 at the domain's largest angles, so the gate rejects it and
 the search spaces leave it out); `approx_rr` reduces the argument to [-pi, pi] first (Cody-Waite, two constants)
 so the approximation holds for the large angles real RoPE tables have. The interpreter has no
 inline assembly: there `ASM` is false and tl.sin/tl.cos stand in, after the same reduction.

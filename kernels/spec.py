@@ -74,7 +74,7 @@ def params_from_configs(configs: Sequence[Any], *, doc: str = "") -> tuple["Para
         vals: list[Any] = []
         for c in flat:
             v = c.get(n)
-            if v is not None and not _member(v, tuple(vals)):
+            if v is not None and not in_choices(v, tuple(vals)):
                 vals.append(v)
         default = flat[0].get(n, vals[0])
         out.append(Param(n, tuple(vals), default, doc))
@@ -394,7 +394,7 @@ class KernelDef:
                     conds = ", ".join(f"{k} in {list(v)}" for k, v in p.requires.items())
                     raise InvalidConfig(f"{self.name}: parameter {p.name!r} only applies when {conds}")
                 continue
-            if not _member(v, p.choices):
+            if not in_choices(v, p.choices):
                 raise InvalidConfig(f"{self.name}: parameter {p.name!r} does not accept {v!r}; "
                                     f"accepted: {list(p.choices)}")
         out = {k: _canonical(v, self.param(k).choices) for k, v in full.items()
@@ -503,21 +503,18 @@ def _rebuilt_jit(raw: Callable[..., Any], memo: dict[Any, Any]) -> Any:
     return jf
 
 
-def _member(v: Any, choices: tuple[Any, ...]) -> bool:
-    # bool is an int in Python: keep True from matching 1 unless the choices are bools.
-    for c in choices:
-        if isinstance(c, bool) != isinstance(v, bool):
-            continue
-        if v == c:
-            return True
-    return False
+def same_choice(a: Any, b: Any) -> bool:
+    """Equal as parameter values: bool is an int in Python, so True never matches 1 (nor False 0)."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def in_choices(v: Any, choices: Sequence[Any]) -> bool:
+    """`v in choices`, with bools and ints kept apart (same_choice)."""
+    return any(same_choice(v, c) for c in choices)
 
 
 def _canonical(v: Any, choices: tuple[Any, ...]) -> Any:
-    for c in choices:
-        if isinstance(c, bool) == isinstance(v, bool) and v == c:
-            return c
-    return v
+    return next((c for c in choices if same_choice(v, c)), v)
 
 
 def check_tensor(name: str, t: Any, *, shape: Sequence[int | None], dtype: torch.dtype,

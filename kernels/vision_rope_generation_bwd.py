@@ -441,8 +441,8 @@ def _rules(cfg: Mapping[str, Any]) -> str | None:
         return (f"BLOCK_P={cfg['BLOCK_P']} with num_warps={cfg['num_warps']} puts {per_thread} "
                 "accumulator values per thread (at most 128)")
     # Prefetch keeps two tiles of three inputs live: 6 values per accumulator value. Past 48
-    # (288 loaded values per thread) ptxas spills heavily, and on the H200 one such config
-    # (quarters, 64 patches, 2 warps) computed wrong sums (run 6).
+    # (288 loaded values per thread) ptxas spills heavily, and such configs can compute wrong
+    # sums (docs/perf-notes.md).
     if cfg["PIPELINE"] == "prefetch" and per_thread > 48:
         return (f"PIPELINE=prefetch with BLOCK_P={cfg['BLOCK_P']} and num_warps={cfg['num_warps']} "
                 f"keeps {6 * per_thread} loaded values per thread (at most 288)")

@@ -25,7 +25,6 @@ references. A trial that modified its inputs drops them.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import logging
 import math
 import multiprocessing as mp
@@ -38,6 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from kernelsearch.kernels.errors import FailureKind
 from kernelsearch.kernels.registry import get_kernel, resolve
+from kernelsearch.kernels.spec import config_key
 
 log = logging.getLogger(__name__)
 
@@ -251,9 +251,10 @@ def _compile_init(modules: Sequence[str]) -> None:
     """Runs once in each pool process: imports, the CUDA context, launches turned into warmups."""
     _import_modules(modules)
     import torch
-    from triton.runtime.jit import JITFunction
 
     from kernelsearch.kernels.device import default_device
+
+    from ._triton_private import launches_become_warmups
 
     # One compile per process at a time: torch's intra-op threads would only oversubscribe the
     # cores the other workers and the trial child use.
@@ -261,12 +262,7 @@ def _compile_init(modules: Sequence[str]) -> None:
     device = default_device()
     if device.type == "cuda":
         torch.empty(1, device=device)
-    original = JITFunction.run
-
-    def warmup_only(self, *args, grid, warmup, **kwargs):  # compile and cache, never launch
-        return original(self, *args, grid=grid, warmup=True, **kwargs)
-
-    JITFunction.run = warmup_only
+    launches_become_warmups()
 
 
 def _warm_worker() -> int:
@@ -278,7 +274,7 @@ def _warm_worker() -> int:
 
 # Per pool process: uninitialised tensors shaped like a case's inputs, for the latest two cases
 # (the one being tuned and the next one being prefetched).
-_SHAPED: "OrderedDict[str, tuple[Any, ...]]" = OrderedDict()
+_SHAPED: "OrderedDict[tuple[str, str], tuple[Any, ...]]" = OrderedDict()
 _SHAPED_CASES = 2
 
 
@@ -287,7 +283,7 @@ def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
     a real draw, since there the launch runs for real."""
     from kernelsearch.kernels.device import default_device
 
-    key = json.dumps([kernel.name, dict(sorted(axes.items()))])
+    key = (kernel.name, config_key(axes))
     got = _SHAPED.get(key)
     if got is not None:
         _SHAPED.move_to_end(key)
@@ -303,9 +299,10 @@ def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
     return got
 
 
-def _compile_one(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
-    from kernelsearch.kernels import get_kernel
-
+def compile_config(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
+    """Compile one config for one case by launching it on shaped inputs (in a pool process whose
+    launches are warmups, or on garbage data, never timed); the seconds it took. Raises what
+    validation or the compiler raised."""
     kernel = get_kernel(kernel_name)
     t0 = time.perf_counter()
     cfg = kernel.validate_config(config)
@@ -313,9 +310,8 @@ def _compile_one(kernel_name: str, axes: Mapping[str, int], config: Mapping[str,
     return time.perf_counter() - t0
 
 
-def _key(kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> str:
-    return json.dumps([kernel, dict(sorted(axes.items())), dict(sorted(config.items()))],
-                      sort_keys=True, default=str)
+def _key(kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> tuple[str, str, str]:
+    return kernel, config_key(axes), config_key(config)
 
 
 class TrialRunner:
@@ -351,7 +347,8 @@ class TrialRunner:
         self.restarts = 0
         self._requested_workers = compile_workers
         self._pool: cf.ProcessPoolExecutor | None = None
-        self._pending: dict[str, cf.Future] = {}
+        self._pool_procs: list[Any] = []
+        self._pending: dict[tuple[str, str, str], cf.Future] = {}
         # One warm-up task per pool process; the pool is warm once all are done.
         self._warming: list[cf.Future] = []
         self._bandwidth: float | None | bool = False
@@ -460,12 +457,16 @@ class TrialRunner:
         if self._pool is not None:
             return
         n = self.compile_workers
+        before = set(mp.active_children())
         self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self._ctx,
                                             initializer=_compile_init,
                                             initargs=(self.kernel_modules,))
         # The pool spawns a process per submitted task while none is idle: one task per worker
         # starts them all now, not one by one as configs arrive.
         self._warming = [self._pool.submit(_warm_worker) for _ in range(n)]
+        # Those processes, known through multiprocessing's public list of this process's
+        # children (the pool never replaces one), so that _drop_pool can kill a stuck one.
+        self._pool_procs = [p for p in mp.active_children() if p not in before]
 
     def _pool_warming(self) -> bool:
         """True while a process of the pool is still starting (imports, CUDA context, compiler)."""
@@ -477,8 +478,8 @@ class TrialRunner:
 
     def _drop_pool(self) -> None:
         pool, self._pool = self._pool, None
+        procs, self._pool_procs = self._pool_procs, []
         if pool is not None:
-            procs = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
             # A compile is only a hint: a worker stuck in one (a hanging compiler) must not
             # outlive the runner, nor hold up this interpreter's exit, which joins the pool.
@@ -502,7 +503,7 @@ class TrialRunner:
             if k in self._pending:
                 continue
             try:
-                self._pending[k] = self._pool.submit(_compile_one, kernel, dict(axes), dict(cfg))
+                self._pending[k] = self._pool.submit(compile_config, kernel, dict(axes), dict(cfg))
             except cf.BrokenExecutor:
                 self._drop_pool()
                 return submitted

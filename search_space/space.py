@@ -19,7 +19,7 @@ import optuna
 
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
-from kernelsearch.kernels.spec import KernelDef, _member, from_triton_config
+from kernelsearch.kernels.spec import KernelDef, config_key, from_triton_config, in_choices, same_choice
 
 from .safe_expr import ExprError, SafeExpr
 
@@ -42,21 +42,21 @@ class SpaceParam:
     requires: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def active(self, config: Mapping[str, Any]) -> bool:
-        return all(k in config and _member(config[k], v) for k, v in self.requires.items())
+        return all(k in config and in_choices(config[k], v) for k, v in self.requires.items())
 
     @property
     def optuna_name(self) -> str:
         return self.name + IDX_SUFFIX if self.ordinal else self.name
 
     def to_optuna(self, value: Any) -> Any:
-        if not _member(value, self.choices):
+        if not in_choices(value, self.choices):
             raise InvalidConfig(f"parameter {self.name!r}: {value!r} is outside the search space "
                                 f"{list(self.choices)}")
         return self.index(value) if self.ordinal else value
 
     def index(self, value: Any) -> int:
         for i, c in enumerate(self.choices):
-            if isinstance(c, bool) == isinstance(value, bool) and c == value:
+            if same_choice(c, value):
                 return i
         raise InvalidConfig(f"parameter {self.name!r}: {value!r} not in {list(self.choices)}")
 
@@ -149,7 +149,7 @@ class SearchSpace:
             if not p.choices:
                 raise SpaceError(f"space {k.name}: parameter {p.name!r} has no choices")
             for v in p.choices:
-                if not _member(v, kp.choices):
+                if not in_choices(v, kp.choices):
                     raise SpaceError(f"space {k.name}: parameter {p.name!r} choice {v!r} is not "
                                      f"accepted by the kernel ({list(kp.choices)})")
             if p.ordinal and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -174,7 +174,7 @@ class SearchSpace:
         for name, vals in self.reduced_choices.items():
             p = self.param(name)
             for v in vals:
-                if not _member(v, p.choices):
+                if not in_choices(v, p.choices):
                     raise SpaceError(f"space {k.name}: reduced {name!r} value {v!r} not in the space")
 
     # -- lookup ----------------------------------------------------------------------------
@@ -216,7 +216,7 @@ class SearchSpace:
     def violation(self, config: Mapping[str, Any]) -> str | None:
         """Why this config is rejected before compiling (space, then kernel), or None."""
         for p in self.params:
-            if p.name in config and p.active(config) and not _member(config[p.name], p.choices):
+            if p.name in config and p.active(config) and not in_choices(config[p.name], p.choices):
                 return f"parameter {p.name!r}={config[p.name]!r} is outside the search space"
             if p.name in config and not p.active(config):
                 conds = ", ".join(f"{k} in {list(v)}" for k, v in p.requires.items())
@@ -241,7 +241,7 @@ class SearchSpace:
 
     def key(self, config: Mapping[str, Any]) -> str:
         """A stable text key of a config, equal for configs the kernel treats as the same."""
-        return json.dumps(self.canonical(config), sort_keys=True)
+        return config_key(self.canonical(config))
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
         """Define-by-run: each active parameter through the trial, with fixed choices."""
@@ -310,7 +310,7 @@ class SearchSpace:
         params = []
         for p in self.params:
             if p.name in choices:
-                keep = tuple(v for v in p.choices if _member(v, tuple(choices[p.name])))
+                keep = tuple(v for v in p.choices if in_choices(v, tuple(choices[p.name])))
                 if len(keep) != len(choices[p.name]):
                     raise SpaceError(f"restrict: {p.name!r} values {choices[p.name]} not all in "
                                      f"{list(p.choices)}")

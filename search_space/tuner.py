@@ -12,7 +12,6 @@ from the stored outcome instantly and never re-run.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -20,25 +19,25 @@ import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
+from kernelsearch.db.interfaces import RecordRepository, TuningStore
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
-from kernelsearch.kernels.device import peak_flops
 from kernelsearch.kernels.measure import default_repeats
+from kernelsearch.kernels.spec import config_key
 
+from .records import REFERENCES, BestTrial, best_record
 from .runner import TrialCancelled, TrialOutcome, TrialRunner
 from .space import SearchSpace, case_space, get_space
 
 log = logging.getLogger(__name__)
 
 SAMPLERS = ("tpe", "random", "grid", "gp", "cmaes")
-REFERENCES = ("auto", "none", "eager", "both")
 CONSTRAINT = "ks_failure"
 # Attributes the tuner keeps on each Optuna trial (user_attrs).
 A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN, A_TAG = (
@@ -286,7 +285,7 @@ class _Heartbeat:
             self._thread.join(timeout=5)
 
 
-def warm_start_configs(store: Any, kernel: str, axes: Mapping[str, int], device: str,
+def warm_start_configs(store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str,
                        space: SearchSpace, k: int = WARM_NEIGHBOURS) -> list[tuple[dict[str, Any], dict[str, int]]]:
     """Best configs of the k nearest other cases of this kernel and device that fit the space."""
     kdef = get_kernel(kernel)
@@ -324,12 +323,11 @@ def default_in_space(space: SearchSpace) -> dict[str, Any] | None:
     return default if space.violation(default) is None else None
 
 
-def warm_start_picks(store: Any, kernel: str, axes: Mapping[str, int], device: str,
+def warm_start_picks(store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str,
                      space: SearchSpace) -> list[tuple[dict[str, Any], Any]]:
     """(config, source) in the order a study tries them. The kernel's default goes first: a short
-    study must never record a config slower than what an untuned call already gets (on the H200,
-    16 TPE trials from neighbours only ended 2.9x slower than the default on B's seq_len 2851).
-    Then the space file's seeds, configs that won some suite case in a sweep (the way
+    study must never record a config slower than what an untuned call already gets (a short
+    study seeded from neighbours only can end well above it: docs/perf-notes.md). Then the space file's seeds, configs that won some suite case in a sweep (the way
     triton.autotune is given a short list), then the nearest cases' bests."""
     picks: list[tuple[dict[str, Any], Any]] = []
     default = default_in_space(space)
@@ -343,7 +341,7 @@ def warm_start_picks(store: Any, kernel: str, axes: Mapping[str, int], device: s
     return picks
 
 
-def prefetch_case(runner: Any, store: Any, kernel: str, axes: Mapping[str, int], device: str, *,
+def prefetch_case(runner: Any, store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str, *,
                   space: SearchSpace | None = None,
                   also: Sequence[Mapping[str, Any]] = ()) -> int:
     """Queue a case's warm-start configs (`warm_start_picks` and `also`)
@@ -364,63 +362,91 @@ def _state_of(t: optuna.trial.FrozenTrial) -> str | None:
     return t.user_attrs.get(A_STATE)
 
 
-def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials: int,
-              sampler: str = "tpe", timeout_s: float | None = None, patience: int | None = None,
-              warm_start: bool = True, runner: TrialRunner | None = None, seed: int | None = None,
-              job_id: int | None = None,
-              progress: Callable[[int, int, float | None], None] | None = None,
-              should_stop: Callable[[], bool] | None = None, measure_n: int | None = None,
-              space: SearchSpace | None = None, name: str | None = None,
-              heartbeat_s: int = 10, reference: str = "auto",
-              copy_bandwidth: float | None = None, write_record: bool = True,
-              max_rejected: int | None = None,
-              storage: optuna.storages.BaseStorage | None = None,
-              summaries: bool = True,
-              next_case: tuple[str, Mapping[str, int]] | None = None,
-              run_tag: str | None = None,
-              cancel: Callable[[], bool] | None = None,
-              exclusive: bool = False) -> CaseResult:
-    """Tune one case until `n_trials` configs have been evaluated, `timeout_s` passes,
-    `patience` evaluated trials bring no improvement, or `should_stop()` says so; then write or
-    improve the case's best record.
+@dataclass(frozen=True)
+class TuneOptions:
+    """How one case is tuned; checked when built (TuneError names the bad field).
 
-    What counts toward `n_trials`: without `run_tag`, every evaluated trial of the study (a
-    resumed study counts its stored trials); with it, only the evaluated trials carrying that
-    tag, so a run adds `n_trials` to the study, and a run resumed with the same tag (a job
-    claimed again) counts its own trials once. Failed trials count: a failure is an evaluated
-    config. `cancel()`, asked while a trial runs, stops that trial at once (its child killed)
-    and the case with "cancelled". `measure_n` None: the device's `default_repeats`.
+    Stopping: `n_trials` evaluated configs, `timeout_s`, `patience` evaluated trials without
+    improvement, `max_rejected` rejected proposals in a row. What counts toward `n_trials`:
+    without `run_tag`, every evaluated trial of the study (a resumed study counts its stored
+    trials); with it, only the evaluated trials carrying that tag, so a run adds `n_trials` to the
+    study, and a run resumed with the same tag (a job claimed again) counts its own trials once.
+    Failed trials count: a failure is an evaluated config.
 
-    `progress(done, n_trials, best_us)` is called after every evaluated trial. `space` overrides
-    the packaged space, `name` the study name (experiments), `reference` ("none", "eager",
-    "both", "auto": both on a GPU, eager otherwise) measures the PyTorch references once for the
-    record's speedups (a record that ships without them has none to show), `copy_bandwidth` (bytes/s)
-    gives the roofline (measured on a GPU when not given). `storage` replaces the RDB storage
-    of `storage_url` (experiments replaying a table in memory, or one storage shared by the
-    cases of a run), and `summaries=False` skips the store's per-trial summaries. `next_case`
-    (kernel, axes) is the case tuned after this one: once half of this case's budget is spent,
-    its warm-start configs go to the compile-ahead pool, so its first trials find them compiled.
+    `measure_n` None: the device's `default_repeats`. `name` overrides the study name
+    (experiments). `reference` ("none", "eager", "both", "auto": both on a GPU, eager otherwise)
+    measures the PyTorch references once for the record's speedups (a record that ships without
+    them has none to show); `copy_bandwidth` (bytes/s) gives the roofline (measured on a GPU when
+    not given). `summaries=False` skips the store's per-trial summaries. `next_case` (kernel,
+    axes) is the case tuned after this one: once half of this case's budget is spent, its
+    warm-start configs go to the compile-ahead pool, so its first trials find them compiled.
     `exclusive`: the caller holds the study's claim (no one else tunes it now), so trials left
     RUNNING by a dead worker, an outage or a failed job are failed before and after.
     """
+
+    n_trials: int
+    sampler: str = "tpe"
+    timeout_s: float | None = None
+    patience: int | None = None
+    max_rejected: int | None = None
+    warm_start: bool = True
+    seed: int | None = None
+    measure_n: int | None = None
+    name: str | None = None
+    heartbeat_s: int = 10
+    reference: str = "auto"
+    copy_bandwidth: float | None = None
+    write_record: bool = True
+    summaries: bool = True
+    next_case: tuple[str, Mapping[str, int]] | None = None
+    run_tag: str | None = None
+    job_id: int | None = None
+    exclusive: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise TuneError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        n = self.n_trials
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise TuneError(f"n_trials: expected an int >= 0, got {n!r}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise TuneError(f"timeout_s: must be positive, got {self.timeout_s!r}")
+        if self.patience is not None and self.patience < 1:
+            raise TuneError(f"patience: must be >= 1, got {self.patience!r}")
+        if self.measure_n is not None and self.measure_n < 1:
+            raise TuneError(f"measure_n: must be >= 1, got {self.measure_n!r}")
+        if self.reference not in REFERENCES:
+            raise TuneError(f"reference: expected one of {', '.join(REFERENCES)}, got {self.reference!r}")
+
+
+@dataclass(frozen=True)
+class TuneHooks:
+    """The caller's side of a running case. `progress(done, n_trials, best_us)` after every
+    evaluated trial; `should_stop()` between trials ends the case; `cancel()`, asked while a
+    trial runs, stops that trial at once (its child killed) and the case with "cancelled"."""
+
+    progress: Callable[[int, int, float | None], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+    cancel: Callable[[], bool] | None = None
+
+
+def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, storage_url: str,
+              options: TuneOptions, runner: TrialRunner | None = None,
+              space: SearchSpace | None = None, storage: optuna.storages.BaseStorage | None = None,
+              hooks: TuneHooks = TuneHooks()) -> CaseResult:
+    """Tune one case until `options` say stop, then write or improve the case's best record.
+
+    `runner` runs the trials (one of its own, closed after, when None); `space` overrides the
+    packaged space; `storage` replaces the RDB storage of `storage_url` (experiments replaying a
+    table in memory, or one storage shared by the cases of a run).
+    """
     t_wall = time.monotonic()
+    o = options
     kdef = get_kernel(kernel)
     try:
         axes = kdef.validate_axes(axes)
     except ValueError as exc:
         raise TuneError(f"axes: {exc}") from None
-    if sampler not in SAMPLERS:
-        raise TuneError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
-        raise TuneError(f"n_trials: expected an int >= 0, got {n_trials!r}")
-    if timeout_s is not None and timeout_s <= 0:
-        raise TuneError(f"timeout_s: must be positive, got {timeout_s!r}")
-    if patience is not None and patience < 1:
-        raise TuneError(f"patience: must be >= 1, got {patience!r}")
-    if measure_n is not None and measure_n < 1:
-        raise TuneError(f"measure_n: must be >= 1, got {measure_n!r}")
-    if reference not in REFERENCES:
-        raise TuneError(f"reference: expected one of {', '.join(REFERENCES)}, got {reference!r}")
     space = space or case_space(kernel, axes, get_space)
     if space.kernel.name != kernel:
         raise TuneError(f"space: written for {space.kernel.name!r}, not {kernel!r}")
@@ -431,42 +457,47 @@ def tune_case(kernel: str, axes: dict, *, store: Any, storage_url: str, n_trials
     runner = runner or TrialRunner()
     try:
         device = runner.device_name
+        measure_n = o.measure_n
         if measure_n is None:
             # The child's device (known once it started), else this process's.
             info = getattr(runner, "device_info", None) or {}
             measure_n = default_repeats(info.get("interpreter"))
         store.ensure_device(runner.device_info)
-        sname = name or study_name(kernel, axes, device)
-        storage = storage or make_storage(storage_url, heartbeat_s=heartbeat_s)
+        sname = o.name or study_name(kernel, axes, device)
+        storage = storage or make_storage(storage_url, heartbeat_s=o.heartbeat_s)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
-                                    sampler=make_sampler(sampler, space, seed=seed),
+                                    sampler=make_sampler(o.sampler, space, seed=o.seed),
                                     load_if_exists=True)
         loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
-                     sampler, measure_n, seed, summaries, run_tag=run_tag, cancel=cancel)
-        loop.job_id = job_id
-        if next_case is not None:
+                     o.sampler, measure_n, o.seed, o.summaries, run_tag=o.run_tag, cancel=hooks.cancel)
+        loop.job_id = o.job_id
+        if o.next_case is not None:
+            next_case = o.next_case
             loop.near_end = lambda: _prefetch_next(loop, next_case)
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
         loop.study.set_user_attr("ks_space", space.fingerprint)
-        if exclusive:
+        if o.exclusive:
             fail_running_trials(loop.study)
-        if summaries:
+        if o.summaries:
             loop.repair_summaries()
-        warm = loop.warm_start() if warm_start and sampler != "grid" else 0
+        warm = loop.warm_start() if o.warm_start and o.sampler != "grid" else 0
         try:
-            stopped = loop.run(n_trials, timeout_s, patience, progress, should_stop, max_rejected)
+            stopped = loop.run(o.n_trials, o.timeout_s, o.patience, hooks.progress, hooks.should_stop,
+                               o.max_rejected)
         finally:
-            if exclusive:
+            if o.exclusive:
                 # The trial in hand when the loop failed too (a failing job, an outage).
                 try:
                     fail_running_trials(loop.study)
                 except Exception as exc:  # the next claimer of the study fails them instead
                     log.warning("RUNNING trials of %s not failed: %s", sname, exc)
         res = loop.result(stopped, warm)
-        if write_record and loop.best is not None and (loop.run_now or not _has_record(
+        best = loop.best_trial()
+        if o.write_record and best is not None and (loop.run_now or not _has_record(
                 store, kernel, axes, device)):
-            rec, improved = store.upsert_best(
-                loop.record_in(job_id, reference, copy_bandwidth))
+            rec, improved = store.upsert_best(best_record(
+                best, runner, job_id=o.job_id, reference=o.reference,
+                copy_bandwidth=o.copy_bandwidth, measure_n=measure_n))
             res.improved, res.record_id = improved, rec.id
         res.wall_s = time.monotonic() - t_wall
         return res
@@ -501,19 +532,19 @@ def fail_running_trials(study: optuna.Study) -> int:
     return n
 
 
-def _has_record(store: Any, kernel: str, axes: Mapping[str, int], device: str) -> bool:
+def _has_record(store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str) -> bool:
     return any(dict(r.axes) == dict(axes) for r in store.list_records(kernel, device))
 
 
 class _Loop:
     """The ask/tell loop of one study, with its memory of outcomes per config."""
 
-    def __init__(self, kernel: str, axes: dict[str, int], device: str, space: SearchSpace,
-                 grid: list[dict[str, Any]], study: optuna.Study, storage: RDBStorage, store: Any,
+    def __init__(self, kernel: str, axes: Mapping[str, int], device: str, space: SearchSpace,
+                 grid: list[dict[str, Any]], study: optuna.Study, storage: RDBStorage, store: TuningStore,
                  runner: TrialRunner, sampler: str, measure_n: int, seed: int | None,
                  summaries: bool = True, run_tag: str | None = None,
                  cancel: Callable[[], bool] | None = None):
-        self.kernel, self.axes, self.device = kernel, axes, device
+        self.kernel, self.axes, self.device = kernel, dict(axes), device
         self.space, self.grid, self.study, self.storage = space, grid, study, storage
         self.store, self.runner, self.sampler = store, runner, sampler
         self.measure_n, self.seed, self.summaries = measure_n, seed, summaries
@@ -549,7 +580,7 @@ class _Loop:
                 continue
             if not t.user_attrs.get(A_RUN):
                 continue
-            key = json.dumps(cfg, sort_keys=True)
+            key = config_key(cfg)
             self.evaluated += 1
             if self.run_tag is None or t.user_attrs.get(A_TAG) == self.run_tag:
                 self.counted += 1
@@ -748,7 +779,7 @@ class _Loop:
             self._tell_infeasible(trial)
             return
         full = self.space.canonical(cfg)
-        key = json.dumps(full, sort_keys=True)
+        key = config_key(full)
         trial.set_user_attr(A_CONFIG, full)
         known = self.seen.get(key)
         if known is not None:
@@ -772,7 +803,7 @@ class _Loop:
                       ("measure", out.measure_s), ("wait", out.compile_wait_s)):
             self.phase[ph] += v
         trial.set_user_attr(A_RUN, True)
-        trial.set_user_attr(A_OUT, _jsonable(out.as_dict()))
+        trial.set_user_attr(A_OUT, _finite_or_none(out.as_dict()))
         if out.ok:
             value = float(out.timing["median_us"])
             trial.set_user_attr(A_STATE, "ok")
@@ -795,7 +826,7 @@ class _Loop:
             progress(self.counted, n_trials, self.best[0] if self.best else None)
 
     def _summary(self, trial: optuna.Trial, cfg: dict[str, Any], out: TrialOutcome) -> None:
-        extra = _jsonable({k: v for k, v in out.as_dict().items()
+        extra = _finite_or_none({k: v for k, v in out.as_dict().items()
                            if k not in ("ok", "failure_kind", "message")})
         extra["sampler"] = self.sampler
         try:
@@ -826,64 +857,26 @@ class _Loop:
             new_failure_kinds=dict(self.new_failure_kinds), failure_kinds=dict(self.failure_kinds),
             first_failure=self.first_new_failure or self.first_failure)
 
-    def record_in(self, job_id: int | None, reference: str, copy_bw: float | None) -> Any:
-        from kernelsearch.db.store import RecordIn
-
-        value, cfg, outcome = self.best  # type: ignore[misc]
-        kdef = get_kernel(self.kernel)
-        timing = outcome.get("timing") or {}
-        errs = [v for v in (outcome.get("rel_errors") or {}).values()
-                if v is not None and math.isfinite(v)]
-        work = float(kdef.bytes_moved(self.axes))
-        method = timing.get("method", "")
-        roofline = None
-        if method == "cupti":
-            bw = copy_bw if copy_bw is not None else self.runner.copy_bandwidth()
-            floor_s = [work / bw] if bw else []
-            peak = peak_flops(self.device)
-            if kdef.flops is not None and peak:
-                floor_s.append(float(kdef.flops(self.axes)) / peak)
-            if floor_s:
-                roofline = 100.0 * max(floor_s) / (value * 1e-6)
-        if reference == "auto":
-            reference = "both" if self.runner.on_gpu else "eager"
-        if kdef.torch_reference is None:
-            reference = "none"
-        eager_us = compile_us = None
-        if reference in ("eager", "both"):
-            ref = self.runner.measure_reference(self.kernel, self.axes, n=self.measure_n)
-            if ref.get("method") == method:
-                eager_us = float(ref["median_us"])
-        if reference == "both":
-            ref = self.runner.measure_reference(self.kernel, self.axes, compiled=True,
-                                                n=self.measure_n)
-            if ref.get("method") == method:
-                compile_us = float(ref["median_us"])
-        versions = self.runner.versions or {}
-        return RecordIn(
-            kernel=self.kernel, axes=dict(self.axes), work=work, device=self.device,
-            device_info=self.runner.device_info, torch_version=versions.get("torch", ""),
-            triton_version=versions.get("triton", ""), source_hash=kdef.source_hash,
-            config=dict(cfg), latency_median_us=value,
-            latency_min_us=float(timing.get("min_us", value)),
-            latency_max_us=float(timing.get("max_us", value)),
-            latency_iqr_us=float(timing.get("iqr_us", 0.0)), timing_method=method,
-            rel_error=max(errs) if errs else 0.0, n_trials=self.evaluated, n_failed=self.failed,
-            roofline_pct=roofline, eager_latency_us=eager_us, compile_latency_us=compile_us,
-            study_name=self.study.study_name, job_id=job_id,
-            tuned_at=datetime.now(timezone.utc))
+    def best_trial(self) -> BestTrial | None:
+        """The study's best so far, for its record (search_space.records)."""
+        if self.best is None:
+            return None
+        value, cfg, outcome = self.best
+        return BestTrial(kernel=self.kernel, axes=dict(self.axes), device=self.device,
+                         study_name=self.study.study_name, latency_us=value, config=dict(cfg),
+                         outcome=outcome, n_trials=self.evaluated, n_failed=self.failed)
 
 
-def _jsonable(d: Any) -> Any:
-    """JSON-safe copy: NaN/inf become None (Optuna stores user attributes as JSON)."""
+def _finite_or_none(d: Any) -> Any:
+    """A copy whose NaN/inf are None: Optuna stores user attributes as strict JSON."""
     if isinstance(d, dict):
-        return {str(k): _jsonable(v) for k, v in d.items()}
+        return {str(k): _finite_or_none(v) for k, v in d.items()}
     if isinstance(d, (list, tuple)):
-        return [_jsonable(v) for v in d]
+        return [_finite_or_none(v) for v in d]
     if isinstance(d, float) and not math.isfinite(d):
         return None
     return d
 
 
-__all__ = ["tune_case", "study_name", "CaseResult", "TuneError", "SAMPLERS", "make_sampler",
+__all__ = ["tune_case", "TuneOptions", "TuneHooks", "study_name", "CaseResult", "TuneError", "SAMPLERS", "make_sampler",
            "make_storage", "RetryingRDBStorage", "fail_running_trials", "warm_start_configs", "warm_start_picks", "prefetch_case"]

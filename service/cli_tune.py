@@ -155,7 +155,7 @@ def tune(
     from kernelsearch.db.engine import upgrade
     from kernelsearch.db.store import Store
     from kernelsearch.search_space.runner import TrialRunner
-    from kernelsearch.search_space.tuner import SAMPLERS, tune_case
+    from kernelsearch.search_space.tuner import SAMPLERS, TuneHooks, TuneOptions, tune_case
 
     from .settings import get_settings
 
@@ -189,11 +189,11 @@ def tune(
                     progress.update(task, completed=done,
                                     best=f"{best:.2f} us" if best is not None else "-")
 
-                res = tune_case(kernel, axes, store=store, storage_url=db_url, n_trials=trials,
-                                sampler=sampler, timeout_s=timeout, patience=patience,
-                                warm_start=not no_warm_start, runner=runner, seed=seed,
-                                progress=report, measure_n=measure_n or settings.measure_n,
-                                run_tag=run_tag)
+                res = tune_case(kernel, axes, store=store, storage_url=db_url, runner=runner,
+                                options=TuneOptions(n_trials=trials, sampler=sampler, timeout_s=timeout,
+                                                    patience=patience, warm_start=not no_warm_start,
+                                                    seed=seed, measure_n=measure_n or settings.measure_n,
+                                                    run_tag=run_tag), hooks=TuneHooks(progress=report))
                 progress.update(task, completed=res.n_counted)
                 results.append(res)
     finally:

@@ -236,7 +236,7 @@ class Worker:
 
     def _run_job(self, job: Any, lease: _Lease) -> tuple[str | None, str | None]:
         """(final status, error), or (None, None) when the job must be left as it is."""
-        from kernelsearch.search_space.tuner import tune_case
+        from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
 
         deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
 
@@ -275,14 +275,15 @@ class Worker:
 
             def tune() -> Any:
                 remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
-                return tune_case(
-                    job.kernel, axes, store=self.store, storage_url=self.settings.database_url,
-                    n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining,
-                    runner=self.runner, job_id=job.id, progress=progress,
-                    should_stop=should_stop, measure_n=self.settings.measure_n,
-                    run_tag=f"job:{job.id}", cancel=self._job_cancelled,
+                options = TuneOptions(
+                    n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining, job_id=job.id,
+                    measure_n=self.settings.measure_n, run_tag=f"job:{job.id}",
                     reference=self.settings.tune_reference, exclusive=study is not None,
                     next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
+                return tune_case(job.kernel, axes, store=self.store, storage_url=self.settings.database_url,
+                                 runner=self.runner, options=options,
+                                 hooks=TuneHooks(progress=progress, should_stop=should_stop,
+                                                 cancel=self._job_cancelled))
 
             study = _study_of(job.kernel, axes, device)
             if not self._claim_study(study, job.id, should_stop):

@@ -2,7 +2,8 @@
 # One script for every GPU call (H200, through the device tool): `bash docs/benchmarks/gpu.sh STEP...`
 # runs the named steps in order, each writing under $OUT. docs/benchmarks/RUNS.md logs which steps
 # each call ran and where its output is kept. Wheels in .whl/ (built here: the project, the
-# matmul example and the dependencies the GPU host lacks) are installed first.
+# measurement tools of docs/tools, the matmul example and the dependencies the GPU host lacks;
+# RUNS.md has the lines) are installed first.
 #   identity      source identities (Triton JIT keys) of the registered kernels, as this host computes them
 #   kernel-tests  tests/kernels on the GPU (GPU-marked tests included)
 #   issue14       A from 65,536 to 4,194,304 patches, the suite, the error table of $RECORDS' configs
@@ -17,6 +18,10 @@ set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# The tools (kernelsearch_tools: the tune step's efficiency experiment) from source where .whl/ lacks them.
+if ! ls .whl/kernelsearch_tools-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site docs/tools || exit 1
+fi
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 export KS_DATABASE_URL=${KS_DATABASE_URL:-sqlite:////tmp/ks/kernelsearch.db}
 KS="python3 -m kernelsearch.service.cli"
@@ -39,7 +44,7 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
         | grep -v -i warn | tee $OUT/floors.txt | tail -${TAIL:-60} ;;
     tune)
       $KS db upgrade >/dev/null
-      timeout ${TUNE_S:-330} python3 -m kernelsearch.search_space.efficiency --out $OUT/tune --mode throughput \
+      timeout ${TUNE_S:-330} python3 -m kernelsearch_tools.efficiency --out $OUT/tune --mode throughput \
         --throughput-trials ${TRIALS:-32} --budget-s ${BUDGET_S:-300} --measure-n 30 --trial-timeout 30 \
         --db $KS_DATABASE_URL 2>&1 | grep -v -i warn | tail -25
       $KS records export $OUT/h200_records.json ;;

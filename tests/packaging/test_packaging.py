@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("kernels", "search_space", "db", "service")
+TOOLS = ("loadtest", "efficiency", "explore", "floors")
 
 
 @pytest.mark.slow
@@ -29,6 +30,9 @@ def test_wheel_has_one_top_level_package(tmp_path):
                    "vision_rope_generation_bwd.toml",
                    "kernelsearch/kernels/cases/vision_rope_generation_bwd.json"):
         assert needed in names, needed
+    # The measurement tools are docs/tools' own distribution (kernelsearch_tools), never the wheel's.
+    for tool in TOOLS:
+        assert not [n for n in names if n.endswith(f"/{tool}.py")], f"{tool} shipped in the wheel"
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry).decode()
     assert "[kernelsearch.kernels]" in text and "kernelsearch.service.cli:main" in text
@@ -61,3 +65,25 @@ def test_import_kernelsearch_is_light():
     code = "import sys, kernelsearch; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_package_never_imports_the_tools():
+    """kernelsearch_tools depends on kernelsearch, not the other way: the wheel works without it."""
+    offenders = {}
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            tree = ast.parse(path.read_text(), str(path))
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+            if bad := [m for m in names if m.split(".")[0] == "kernelsearch_tools"]:
+                offenders[str(path.relative_to(ROOT))] = bad
+    assert not offenders, offenders
+
+
+def test_the_tools_are_their_own_distribution():
+    """`python -m kernelsearch_tools.NAME` runs from the editable docs/tools install (make install)."""
+    import kernelsearch_tools
+
+    assert Path(kernelsearch_tools.__file__).resolve().parent == ROOT / "docs/tools/kernelsearch_tools"
+    for tool in TOOLS:
+        assert (ROOT / "docs/tools/kernelsearch_tools" / f"{tool}.py").is_file(), tool

@@ -75,15 +75,15 @@ def test_tuned_stored_and_served_without_crossing_dtypes(ss_store):
     import ks_user_axpy
 
     from kernelsearch.search_space.runner import TrialRunner
-    from kernelsearch.search_space.tuner import tune_case
+    from kernelsearch.search_space.tuner import TuneOptions, tune_case
     from kernelsearch.service.api import create_app
     from kernelsearch.service.settings import Settings
 
     store, url = ss_store
     with TrialRunner(trial_timeout_s=60, compile_workers=0) as r:
         assert "ks_user_axpy" in r.kernel_modules  # the child learns the kernel from its module
-        res = tune_case(ks_user_axpy.NAME, FP16, store=store, storage_url=url, n_trials=3,
-                        sampler="grid", runner=r, seed=0, measure_n=2)
+        res = tune_case(ks_user_axpy.NAME, FP16, store=store, storage_url=url, runner=r,
+                        options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
     assert res.n_complete == 3 and res.n_failed == 0
     (rec,) = store.list_records(ks_user_axpy.NAME)
     assert rec.axes == FP16 and rec.source_hash == ks_user_axpy.KERNEL.source_hash

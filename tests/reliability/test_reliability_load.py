@@ -17,11 +17,11 @@ from svc_record import a_record
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 def _loadtest():
-    """service/loadtest.py (`python -m kernelsearch.service.loadtest`); its Python engine's spawned processes
-    import it as `kernelsearch.service.loadtest` too."""
-    import kernelsearch.service.loadtest
+    """docs/tools' `python -m kernelsearch_tools.loadtest`; its Python engine's spawned processes
+    import it as `kernelsearch_tools.loadtest` too."""
+    import kernelsearch_tools.loadtest
 
-    return kernelsearch.service.loadtest
+    return kernelsearch_tools.loadtest
 
 
 @pytest.mark.parametrize("engine", ["wrk", "python"])
@@ -52,8 +52,8 @@ def test_load_script_refuses_a_non_loopback_target():
         lt.require_loopback("http://example.com:8000")
     assert lt.require_loopback("http://127.0.0.1:8000/") == "http://127.0.0.1:8000"
     assert lt.main(["--url", "http://10.0.0.1:8000", "--database-url", "sqlite:///x"]) == 2
-    # The documented entry point, `python -m kernelsearch.service.loadtest`, from the repository root.
-    out = subprocess.run([sys.executable, "-m", "kernelsearch.service.loadtest", "--url", "http://10.0.0.1:8000",
+    # The documented entry point, `python -m kernelsearch_tools.loadtest`, from the repository root.
+    out = subprocess.run([sys.executable, "-m", "kernelsearch_tools.loadtest", "--url", "http://10.0.0.1:8000",
                           "--database-url", "sqlite:///x"], capture_output=True, text=True,
                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 2 and "127.0.0.1" in out.stderr, out.stderr

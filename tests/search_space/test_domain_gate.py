@@ -108,13 +108,13 @@ def test_a_clean_trial_reports_every_draw(domain_runner):
 
 def test_a_config_failing_any_draw_is_never_a_record(ss_store, domain_runner):
     from kernelsearch.search_space.space import SearchSpace
-    from kernelsearch.search_space.tuner import tune_case
+    from kernelsearch.search_space.tuner import TuneOptions, tune_case
 
     store, url = ss_store
     space = SearchSpace.from_dict({"kernel": K.name, "param": [
         {"name": "FAULT", "choices": ["range", "angles", "none"]}]}, K)
-    res = tune_case(K.name, AXES, store=store, storage_url=url, n_trials=3, sampler="grid",
-                    runner=domain_runner, seed=0, measure_n=2, space=space)
+    res = tune_case(K.name, AXES, store=store, storage_url=url, runner=domain_runner, space=space,
+                    options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
     assert res.n_failed == 2 and res.best_config == {"FAULT": "none"}, res
     (rec,) = store.list_records(K.name, res.device)
     assert rec.config == {"FAULT": "none"}

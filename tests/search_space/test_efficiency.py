@@ -5,8 +5,8 @@ import json
 
 import optuna
 
-from kernelsearch.search_space.efficiency import TableRunner, _grid_table, best_so_far, trials_to_within
-from kernelsearch.search_space.tuner import tune_case
+from kernelsearch_tools.efficiency import TableRunner, _grid_table, best_so_far, trials_to_within
+from kernelsearch.search_space.tuner import TuneOptions, tune_case
 
 from conftest import FAKE, fake_space
 
@@ -21,14 +21,18 @@ def test_trials_to_within():
 def test_replay_answers_from_the_grid_without_running(ss_store, runner):
     store, url = ss_store
     space = fake_space(modes=("ok", "wrong"), blocks=(16, 32, 64))
-    grid = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=space.size(),
-                     sampler="grid", runner=runner, seed=0, measure_n=2, space=space, name="g")
+    grid = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+                     options=TuneOptions(n_trials=space.size(), sampler="grid", seed=0, measure_n=2,
+                                         name="g"))
     table = _grid_table(url, "g")
     assert len(table) == 6 and grid.n_complete + grid.n_failed == 6
     tab = TableRunner(table, space, runner.device_info, runner.versions)
-    rep = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=6, sampler="random",
-                    runner=tab, seed=1, measure_n=2, space=space, name="r", write_record=False,
-                    storage=optuna.storages.InMemoryStorage(), summaries=False)
+    rep = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=tab, space=space,
+                    storage=optuna.storages.InMemoryStorage(), options=TuneOptions(n_trials=6,
+                                                                                   sampler="random", seed=1,
+                                                                                   measure_n=2, name="r",
+                                                                                   write_record=False,
+                                                                                   summaries=False))
     assert rep.best_latency_us == grid.best_latency_us and rep.n_failed == 3
     assert rep.compile_s == 0 and rep.record_id is None
     assert trials_to_within(rep.history, grid.best_latency_us) is not None

@@ -1,4 +1,4 @@
-"""`python -m kernelsearch.search_space.efficiency --table`: the search experiment over a kernels.explore JSON.
+"""`python -m kernelsearch_tools.efficiency --table`: the search experiment over a kernelsearch_tools.explore JSON.
 
 A tiny synthetic table for workload B (no GPU): a product grid ROWS x BLOCK_D x num_warps, one
 row of it wrong, one that today's kernel rejects (a register-spill rule) and one extra row outside
@@ -11,7 +11,7 @@ import itertools
 import json
 
 from kernelsearch.kernels import get_kernel
-from kernelsearch.search_space.efficiency import main
+from kernelsearch_tools.efficiency import main
 
 B = "vision_rope3d_spatial_merge_bwd"
 CASES = (2, 4)  # seq_len 211 and 128

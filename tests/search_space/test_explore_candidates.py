@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from kernelsearch.kernels import get_kernel
-from kernelsearch.kernels.explore import candidates
+from kernelsearch_tools.explore import candidates
 
 from conftest import FAKE
 

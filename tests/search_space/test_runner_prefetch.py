@@ -22,7 +22,7 @@ from kernelsearch.kernels.check import InputCache, check_config
 from kernelsearch.search_space import runner as runner_mod
 from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
 from kernelsearch.search_space.space import SearchSpace
-from kernelsearch.search_space.tuner import tune_case
+from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
 
 from conftest import FAKE
 
@@ -90,11 +90,11 @@ def test_the_pool_draws_shapes_once_per_case_and_keeps_two_cases():
     probe.EVENTS.clear()
     runner_mod._SHAPED.clear()
     for block in (16, 32, 64):
-        runner_mod._compile_one(PROBE, {"n": 24}, {"MODE": "ok", "BLOCK": block})
+        runner_mod.compile_config(PROBE, {"n": 24}, {"MODE": "ok", "BLOCK": block})
     assert _count(probe.EVENTS, "make_inputs") == 1
     assert _count(probe.EVENTS, "launch") == 3
     for n in (25, 26, 24):
-        runner_mod._compile_one(PROBE, {"n": n}, OK)
+        runner_mod.compile_config(PROBE, {"n": n}, OK)
     assert len(runner_mod._SHAPED) == 2
     assert _count(probe.EVENTS, "make_inputs") == 4  # n=24 was dropped for 25 and 26
 
@@ -232,10 +232,12 @@ class _InstantRunner:
         return TrialOutcome(ok=True, timing={"median_us": value, "method": "test"})
 
 
-def _tune(store, runner, n_trials, name, **kw):
-    return tune_case(PROBE, {"n": 60}, store=store, storage_url="unused", n_trials=n_trials,
-                     sampler="tpe", runner=runner, seed=0, space=probe_space(), name=name,
-                     storage=runner.storage, write_record=False, **kw)
+def _tune(store, runner, n_trials, name, should_stop=None, **kw):
+    return tune_case(PROBE, {"n": 60}, store=store, storage_url="unused", runner=runner,
+                     space=probe_space(), storage=runner.storage,
+                     options=TuneOptions(n_trials=n_trials, sampler="tpe", seed=0, name=name,
+                                         write_record=False, **kw),
+                     hooks=TuneHooks(should_stop=should_stop))
 
 
 def test_the_next_trials_are_asked_and_prefetched_while_the_current_ones_run(ss_store):

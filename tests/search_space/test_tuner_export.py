@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kernelsearch.search_space.tuner import tune_case
+from kernelsearch.search_space.tuner import TuneOptions, tune_case
 
 from conftest import FAKE, fake_space
 
@@ -12,8 +12,8 @@ from conftest import FAKE, fake_space
 def test_tuning_run_fills_a_complete_export(ss_store, runner):
     store, url = ss_store
     space = fake_space(modes=("ok", "compile_error"), blocks=(16, 32))
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, n_trials=4, sampler="grid",
-                    runner=runner, seed=0, measure_n=2, space=space, job_id=41)
+    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+                    options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, job_id=41))
     assert res.record_id is not None and res.n_failed >= 1
     (rec,) = store.list_records(FAKE, res.device)
     # auto: eager under the interpreter, timed as the trials are, so the speedup is comparable.
@@ -30,8 +30,10 @@ def test_tuning_run_fills_a_complete_export(ss_store, runner):
 
 def test_reference_none_measures_nothing(ss_store, runner):
     store, url = ss_store
-    res = tune_case(FAKE, {"n": 16}, store=store, storage_url=url, n_trials=1, sampler="grid",
-                    runner=runner, seed=0, measure_n=2, space=fake_space(modes=("ok",), blocks=(16,)),
-                    reference="none")
+    res = tune_case(FAKE, {"n": 16}, store=store, storage_url=url, runner=runner,
+                    space=fake_space(modes=("ok",), blocks=(16,)), options=TuneOptions(n_trials=1,
+                                                                                       sampler="grid", seed=0,
+                                                                                       measure_n=2,
+                                                                                       reference="none"))
     (rec,) = store.list_records(FAKE, res.device)
     assert rec.eager_latency_us is None and rec.speedup_eager is None

@@ -1,8 +1,8 @@
 """Search-efficiency and throughput experiments, for the GPU box (argparse, SQLite, matplotlib).
 
-    python -m kernelsearch.search_space.efficiency --out DIR [--mode search|throughput|both]
+    python -m kernelsearch_tools.efficiency --out DIR [--mode search|throughput|both]
         [--kernels K,K] [--cases 2,3,4,5] [--budget-s 540] [--seeds 3] [--measure-n 30]
-    python -m kernelsearch.search_space.efficiency --out DIR --table EXPLORE.json [--cases ...] [--seeds 5]
+    python -m kernelsearch_tools.efficiency --out DIR --table EXPLORE.json [--cases ...] [--seeds 5]
 
 search: for each kernel and case, the exhaustive grid over the space file's [reduced] subset is
 measured for real (tune_case, sampler grid); every measured outcome is kept as a table. TPE with
@@ -13,7 +13,7 @@ grid bests of the other cases. Reported: trials to come within 3% of the grid's 
 number and as a fraction of the grid's size; best-so-far plot. `--live` also runs TPE with
 warm start for real on each case, to check the replay against the GPU.
 
-search with --table: no GPU. The grid is not measured but read from a `kernels.explore` JSON
+search with --table: no GPU. The grid is not measured but read from a `kernelsearch_tools.explore` JSON
 (every config checked against float64 and timed on every suite case). The space is the kernel's
 space restricted to the largest product grid the table covers (parameters outside it fixed at the
 table's single value); its configs that the space and the kernel accept are the grid, and the
@@ -42,10 +42,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from kernelsearch.kernels import all_kernels, get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
+from kernelsearch.kernels.spec import config_key, in_choices, same_choice
 
-from .runner import TrialOutcome, TrialRunner
-from .space import SearchSpace, get_space
-from .tuner import make_storage, tune_case
+from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
+from kernelsearch.search_space.space import SearchSpace, get_space
+from kernelsearch.search_space.tuner import TuneOptions, make_storage, tune_case
 
 WITHIN = 0.03
 
@@ -112,7 +113,7 @@ def _grid_table(url: str, name: str) -> dict[str, dict[str, Any]]:
     for t in study.get_trials(deepcopy=False):
         cfg, out = t.user_attrs.get("ks_config"), t.user_attrs.get("ks_outcome")
         if t.user_attrs.get("ks_evaluated") and cfg is not None and out is not None:
-            table[json.dumps(cfg, sort_keys=True)] = out
+            table[config_key(cfg)] = out
     return table
 
 
@@ -142,9 +143,9 @@ def run_search(kernels: Sequence[str], cases: Sequence[int], store: Any, url: st
                 log(f"budget spent before the grid of {kname} {_label(axes)}")
                 break
             name = f"eff{tag}/grid/{kname}/{_label(axes)}"
-            res = tune_case(kname, axes, store=store, storage_url=url, n_trials=n_grid,
-                            sampler="grid", runner=runner, seed=0, measure_n=measure_n,
-                            space=space, name=name, timeout_s=clock.left(), warm_start=False)
+            res = tune_case(kname, axes, store=store, storage_url=url, runner=runner, space=space,
+                            options=TuneOptions(n_trials=n_grid, sampler="grid", seed=0, measure_n=measure_n,
+                                                name=name, timeout_s=clock.left(), warm_start=False))
             tables[_label(axes)] = _grid_table(url, name)
             kout["cases"][_label(axes)] = {"axes": axes, "grid": _grid_summary(res)}
             log(f"grid {kname} {_label(axes)}: best {res.best_latency_us} us over "
@@ -187,34 +188,36 @@ def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping
             for seed in range(seeds):
                 if clock.left() <= 2:
                     break
-                r = tune_case(kname, dict(axes), store=store, storage_url=url, n_trials=n_replay,
-                              sampler=sampler, runner=tab, seed=seed, measure_n=measure_n,
-                              space=space, name=f"eff{tag}/{variant}/{seed}/{kname}/{lab}",
-                              warm_start=warm, write_record=False, timeout_s=clock.left(),
-                              storage=optuna.storages.InMemoryStorage(), summaries=False)
+                r = tune_case(kname, dict(axes), store=store, storage_url=url, runner=tab, space=space,
+                              storage=optuna.storages.InMemoryStorage(),
+                              options=TuneOptions(n_trials=n_replay, sampler=sampler, seed=seed,
+                                                  measure_n=measure_n,
+                                                  name=f"eff{tag}/{variant}/{seed}/{kname}/{lab}",
+                                                  warm_start=warm, write_record=False, timeout_s=clock.left(),
+                                                  summaries=False))
                 runs.append({"seed": seed, "history": r.history, "warm_started": r.warm_started,
                              "trials_to_within": trials_to_within(r.history, target)})
             case[variant] = _summarise(runs, n_grid)
             log(f"{variant} {kname} {lab}: trials to within 3%: "
                 f"{[x['trials_to_within'] for x in runs]} (grid {n_grid})")
         if live_runner is not None and clock.left() > 10:
-            r = tune_case(kname, dict(axes), store=store, storage_url=url,
-                          n_trials=max(5, math.ceil(0.2 * n_grid)), sampler="tpe",
-                          runner=live_runner, seed=0, measure_n=measure_n, space=space,
-                          name=f"eff{tag}/live_tpe_warm/{kname}/{lab}", write_record=False,
-                          timeout_s=clock.left())
+            r = tune_case(kname, dict(axes), store=store, storage_url=url, runner=live_runner, space=space,
+                          options=TuneOptions(n_trials=max(5, math.ceil(0.2 * n_grid)), sampler="tpe", seed=0,
+                                              measure_n=measure_n,
+                                              name=f"eff{tag}/live_tpe_warm/{kname}/{lab}",
+                                              write_record=False, timeout_s=clock.left()))
             case["live_tpe_warm"] = {"history": r.history, "best_us": r.best_latency_us,
                                      "trials_to_within": trials_to_within(r.history, target),
                                      "wall_s": r.wall_s}
 
 
-# -- the grid read from a kernels.explore table -----------------------------------------------
+# -- the grid read from a kernelsearch_tools.explore table -----------------------------------------------
 def load_table(path: str | Path) -> dict[str, Any]:
-    """A `kernels.explore` JSON: {"device", "versions", "copy_bandwidth_Bps", "kernels": {name:
+    """A `kernelsearch_tools.explore` JSON: {"device", "versions", "copy_bandwidth_Bps", "kernels": {name:
     {"cases": [{"case", "axes", "rows": [{"config", "ok", "errors", "timing", ...}]}]}}}."""
     doc = json.loads(Path(path).read_text())
     if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), dict) or not doc["kernels"]:
-        raise ValueError(f"{path}: not a kernels.explore table (no 'kernels')")
+        raise ValueError(f"{path}: not a kernelsearch_tools.explore table (no 'kernels')")
     if not isinstance(doc.get("device"), dict) or not doc["device"].get("name"):
         raise ValueError(f"{path}: no 'device' with a name")
     for kname, kd in doc["kernels"].items():
@@ -239,10 +242,6 @@ def row_outcome(row: Mapping[str, Any]) -> dict[str, Any] | None:
     return TrialOutcome.failure("wrong_result", msg, rel_errors=errs, **stats).as_dict()
 
 
-def _same(a: Any, b: Any) -> bool:
-    return isinstance(a, bool) == isinstance(b, bool) and a == b
-
-
 def table_space(space: SearchSpace, keys: set[str]) -> SearchSpace:
     """`space` restricted to the largest product grid whose configs (those the space and the
     kernel accept) all have a key in `keys`. Greedy: start from every value the table holds and
@@ -251,7 +250,7 @@ def table_space(space: SearchSpace, keys: set[str]) -> SearchSpace:
     configs = [json.loads(k) for k in keys]
     choices: dict[str, list[Any]] = {}
     for p in space.params:
-        seen = [v for v in p.choices if any(p.name in c and _same(c[p.name], v) for c in configs)]
+        seen = [v for v in p.choices if any(p.name in c and same_choice(c[p.name], v) for c in configs)]
         if seen:
             choices[p.name] = seen
     while True:
@@ -265,7 +264,7 @@ def table_space(space: SearchSpace, keys: set[str]) -> SearchSpace:
             if len(vals) < 2:
                 continue
             for v in vals:
-                hit = [cov for c, cov in zip(grid, covered) if name in c and _same(c[name], v)]
+                hit = [cov for c, cov in zip(grid, covered) if name in c and same_choice(c[name], v)]
                 if hit:
                     score = (sum(hit) / len(hit), -len(hit))
                     if worst is None or score < worst[0]:
@@ -273,12 +272,12 @@ def table_space(space: SearchSpace, keys: set[str]) -> SearchSpace:
         if worst is None:
             raise ValueError(f"{space.kernel.name}: the table covers no product grid of the space")
         _, name, v = worst
-        choices[name] = [x for x in choices[name] if not _same(x, v)]
+        choices[name] = [x for x in choices[name] if not same_choice(x, v)]
     # A parameter no grid config uses (inactive everywhere) is fixed, at the kernel's default.
     for p in space.params:
         if not any(p.name in c for c in grid):
             dflt = space.kernel.param(p.name).default
-            choices[p.name] = [dflt] if any(_same(dflt, v) for v in p.choices) else [p.choices[0]]
+            choices[p.name] = [dflt] if in_choices(dflt, p.choices) else [p.choices[0]]
     return space.restrict(choices)
 
 
@@ -313,7 +312,7 @@ def _table_record(kname: str, axes: Mapping[str, int], row: Mapping[str, Any], *
 def run_table_search(doc: Mapping[str, Any], kernels: Sequence[str], cases: Sequence[int] | None,
                      store: Any, url: str, clock: Clock, *, seeds: int, measure_n: int,
                      replay_fraction: float, tag: str, log: Any) -> dict[str, Any]:
-    """The search experiment over a measured `kernels.explore` table instead of a GPU grid."""
+    """The search experiment over a measured `kernelsearch_tools.explore` table instead of a GPU grid."""
     import optuna
 
     out: dict[str, Any] = {"within": WITHIN, "source": "table", "kernels": {}}
@@ -362,11 +361,12 @@ def run_table_search(doc: Mapping[str, Any], kernels: Sequence[str], cases: Sequ
             full = outcomes[num]
             table = {k: {kk: vv for kk, vv in full[k].items() if kk != "_row"} for k in grid_keys}
             name = f"eff{tag}/grid/{kname}/{lab}"
-            res = tune_case(kname, axes, store=store, storage_url=url, n_trials=n_grid,
-                            sampler="grid", runner=TableRunner(table, space, device_info, versions),
-                            seed=0, measure_n=measure_n, space=space, name=name, warm_start=False,
-                            write_record=False, storage=optuna.storages.InMemoryStorage(),
-                            summaries=False)
+            res = tune_case(kname, axes, store=store, storage_url=url,
+                            runner=TableRunner(table, space, device_info, versions), space=space,
+                            storage=optuna.storages.InMemoryStorage(),
+                            options=TuneOptions(n_trials=n_grid, sampler="grid", seed=0, measure_n=measure_n,
+                                                name=name, warm_start=False, write_record=False,
+                                                summaries=False))
             ok = [k for k in grid_keys if table[k]["ok"]]
             if not ok:
                 log(f"{kname} case {num}: no config of the grid is correct; no ground truth")
@@ -418,10 +418,11 @@ def run_throughput(kernels: Sequence[str], store: Any, url: str, runner: TrialRu
             log(f"budget spent after {i} of {len(todo)} cases")
             break
         share = clock.left() / (len(todo) - i)
-        r = tune_case(kname, axes, store=store, storage_url=url, n_trials=n_trials, sampler="tpe",
-                      runner=runner, seed=0, measure_n=measure_n, warm_start=True,
-                      name=f"eff{tag}/throughput/{kname}/{_label(axes)}", timeout_s=max(1.0, share),
-                      storage=storage, next_case=todo[i + 1] if i + 1 < len(todo) else None)
+        r = tune_case(kname, axes, store=store, storage_url=url, runner=runner, storage=storage,
+                      options=TuneOptions(n_trials=n_trials, sampler="tpe", seed=0, measure_n=measure_n,
+                                          warm_start=True, name=f"eff{tag}/throughput/{kname}/{_label(axes)}",
+                                          timeout_s=max(1.0, share),
+                                          next_case=todo[i + 1] if i + 1 < len(todo) else None))
         phases["compile"] += r.compile_s
         phases["check"] += r.check_s
         phases["measure"] += r.measure_s
@@ -481,12 +482,12 @@ def plot(search: Mapping[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kernelsearch.search_space.efficiency", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m kernelsearch_tools.efficiency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="folder for results.json, the PNG and the DB")
     p.add_argument("--mode", choices=("search", "throughput", "both"), default="search")
     p.add_argument("--table", type=Path, default=None,
-                   help="search over this kernels.explore JSON instead of measuring a grid (no GPU)")
+                   help="search over this kernelsearch_tools.explore JSON instead of measuring a grid (no GPU)")
     p.add_argument("--kernels", default=None,
                    help="comma-separated names (default: all, or those in --table)")
     p.add_argument("--cases", default=None,

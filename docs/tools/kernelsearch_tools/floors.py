@@ -5,7 +5,7 @@ pays after the L2 flush: the kernel's start and end, the first DRAM round trip, 
 of the flush's dirty lines. A device-to-device copy moving exactly a case's bytes (half read,
 half written) is a kernel with no arithmetic and perfect access patterns; timed in the same
 profiler session as the kernel's own config it splits the gap to the roofline into what any
-kernel pays and what ours adds. `python -m kernelsearch.kernels.floors -h`.
+kernel pays and what ours adds. `python -m kernelsearch_tools.floors -h`.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _ks_empty():
 def floors_for(kernel: Any, axes: dict[str, int], config: dict[str, Any] | None, *,
                n: int = 30) -> dict[str, Any]:
     """Median-based timings of empty kernel, copy of the case's bytes and the kernel, one session."""
-    from .measure import time_calls
+    from kernelsearch.kernels.measure import time_calls
 
     dev = torch.device("cuda")
     nbytes = kernel.bytes_moved(axes)
@@ -47,12 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", action="append", help="kernel (repeatable); all when omitted")
     ap.add_argument("--n", type=int, default=30, help="timed calls per item")
     a = ap.parse_args(argv)
-    from . import all_kernels
-    from .device import device_info, versions
-    from .measure import copy_bandwidth
+    from kernelsearch.kernels import all_kernels
+    from kernelsearch.kernels.device import device_info, versions
+    from kernelsearch.kernels.measure import copy_bandwidth
 
     if not torch.cuda.is_available():
-        print("kernelsearch.kernels.floors: needs a GPU", file=sys.stderr)
+        print("kernelsearch_tools.floors: needs a GPU", file=sys.stderr)
         return 2
     bw = copy_bandwidth()
     result: dict[str, Any] = {"device": device_info(), "versions": versions(),

@@ -3,7 +3,7 @@
 Not the tuner: no database, no Optuna. It compiles candidate configs in parallel processes (the
 on-disk Triton cache then makes the in-process compile a load), checks every config on every case
 against float64 with poisoned outputs, times them all under one profiler session per case, and
-writes one JSON file. Used for the performance notes in docs/; `python -m kernelsearch.kernels.explore -h`.
+writes one JSON file. Used for the performance notes in docs/; `python -m kernelsearch_tools.explore -h`.
 """
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ import time
 from typing import Any
 
 import torch
+
+from kernelsearch.kernels.spec import config_key
+from kernelsearch.search_space.runner import compile_config
 
 
 def candidates(kname: str, limit: int, seed: int,
@@ -42,7 +45,7 @@ def candidates(kname: str, limit: int, seed: int,
             valid.append(k.validate_config(c))
         except ValueError:
             pass
-    uniq = list({json.dumps(c, sort_keys=True): c for c in valid}.values())
+    uniq = list({config_key(c): c for c in valid}.values())
     random.Random(seed).shuffle(uniq)
     if limit and len(uniq) > limit:
         uniq = uniq[:limit]
@@ -63,25 +66,16 @@ def _draws(k: Any, limit: int, seed: int) -> list[dict[str, Any]]:
             full = k.validate_config({n: v for n, v in cfg.items() if k.param(n).active(cfg)})
         except ValueError:
             continue
-        keys.setdefault(json.dumps(full, sort_keys=True), full)
+        keys.setdefault(config_key(full), full)
     return list(keys.values())
 
 
-_shape_inputs: dict[str, tuple] = {}
-
-
-def _compile_one(args: tuple[str, dict[str, Any], list[dict[str, int]]]) -> tuple[str, str | None]:
+def _compile_for_shapes(args: tuple[str, dict[str, Any], list[dict[str, int]]]) -> tuple[str, str | None]:
     kname, cfg, shapes = args
-    from kernelsearch.kernels import get_kernel
-
-    k = get_kernel(kname)
-    key = json.dumps(cfg, sort_keys=True)
+    key = config_key(cfg)
     try:
         for axes in shapes:
-            skey = json.dumps([kname, axes], sort_keys=True)
-            if skey not in _shape_inputs:
-                _shape_inputs[skey] = k.empty_inputs(axes, "cuda")
-            k.launch(*_shape_inputs[skey], config=cfg)
+            compile_config(kname, axes, cfg)
         torch.cuda.synchronize()
         return key, None
     except Exception as exc:  # reported per config, the sweep goes on
@@ -94,7 +88,7 @@ def compile_ahead(kname: str, cfgs: list[dict[str, Any]], workers: int,
     then turns the sweep's own compiles into loads); launches run on garbage, never timed."""
     ctx = mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        return dict(pool.map(_compile_one, [(kname, c, shapes) for c in cfgs], chunksize=4))
+        return dict(pool.map(_compile_for_shapes, [(kname, c, shapes) for c in cfgs], chunksize=4))
 
 
 def sweep_case(k, axes: dict[str, int], cfgs: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -164,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         compile_errors = compile_ahead(kname, cfgs, a.workers, [c.axes for c in cases])
         t_compile = time.time() - t0
         failed = {key: err for key, err in compile_errors.items() if err}
-        cfgs = [c for c in cfgs if not compile_errors.get(json.dumps(c, sort_keys=True))]
+        cfgs = [c for c in cfgs if not compile_errors.get(config_key(c))]
         print(f"{kname}: {len(cfgs)} configs compiled in {t_compile:.1f}s, {len(failed)} failed",
               flush=True)
         per_case = []

@@ -15,14 +15,14 @@ from typing import Any, Callable, Mapping, Sequence
 from .check import check_config
 from .device import default_device, device_info, versions
 from .measure import copy_bandwidth, measure_config, measure_reference
-from .spec import KernelDef
+from .spec import Axes, AxisValue, KernelDef
 
 
 @dataclass
 class CaseBench:
     kernel: str
     case: int | None
-    axes: dict[str, int]
+    axes: dict[str, AxisValue]
     config: dict[str, Any]
     config_source: str
     triton: dict[str, Any]
@@ -38,7 +38,7 @@ class CaseBench:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def bench_cases(kernel: KernelDef, cases: Sequence[Mapping[str, int]], *,
+def bench_cases(kernel: KernelDef, cases: Sequence[Axes], *,
                 config: Mapping[str, Any] | None = None, n: int = 30, references: bool = True,
                 bandwidth: float | None = None, numbers: Sequence[int | None] | None = None,
                 compare_default: bool = False,
@@ -53,8 +53,8 @@ def bench_cases(kernel: KernelDef, cases: Sequence[Mapping[str, int]], *,
         bandwidth = copy_bandwidth(device)
     rows: list[CaseBench] = []
     numbers = list(numbers) if numbers is not None else [None] * len(cases)
-    for axes, number in zip(cases, numbers):
-        axes = kernel.validate_axes({k: v for k, v in axes.items()})
+    for given, number in zip(cases, numbers):
+        axes = kernel.validate_axes(dict(given))
         if config is not None:
             cfg, source = kernel.validate_config(config), "given"
         else:
@@ -103,8 +103,8 @@ def bench_cases(kernel: KernelDef, cases: Sequence[Mapping[str, int]], *,
 
 def _means(rows: list[CaseBench]) -> dict[str, float | None]:
     def mean(vals: list[float | None]) -> float | None:
-        vals = [v for v in vals if v is not None and not math.isnan(v)]
-        return statistics.fmean(vals) if vals and len(vals) == len(rows) else None
+        nums = [v for v in vals if v is not None and not math.isnan(v)]
+        return statistics.fmean(nums) if nums and len(nums) == len(rows) else None
 
     return {
         "triton": mean([r.triton["median_us"] for r in rows]),

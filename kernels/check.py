@@ -16,7 +16,7 @@ import torch
 
 from .device import default_device
 from .errors import WrongResult
-from .spec import Draw, KernelDef
+from .spec import Axes, Draw, KernelDef
 
 DISTRIBUTIONS = ("benchmark", "realistic")
 _F32 = torch.finfo(torch.float32)
@@ -92,7 +92,7 @@ class InputCache:
     def __len__(self) -> int:
         return len(self._draws)
 
-    def get(self, kernel: KernelDef, axes: Mapping[str, int], seed: int, distribution: str | Draw,
+    def get(self, kernel: KernelDef, axes: Axes, seed: int, distribution: str | Draw,
             device: torch.device) -> _Draw:
         """The draw of `seed` (a distribution's name, or a domain Draw: a scaled draw shares the
         unscaled inputs of its distribution's draw of the same seed)."""
@@ -139,7 +139,7 @@ class InputCache:
         self._case = None
 
 
-def check_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str, Any], *,
+def check_config(kernel: KernelDef, axes: Axes, config: Mapping[str, Any], *,
                  device: torch.device | None = None, seed: int | None = None,
                  distributions: Sequence[str] | None = None,
                  draws: Sequence[Draw] | None = None,
@@ -195,7 +195,7 @@ def check_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str
     return CheckResult(ok=not problems, errors=errors, detail="; ".join(problems))
 
 
-def assert_correct(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str, Any],
+def assert_correct(kernel: KernelDef, axes: Axes, config: Mapping[str, Any],
                    **kw: Any) -> CheckResult:
     """check_config that raises WrongResult, for the tuner's trial pipeline."""
     res = check_config(kernel, axes, config, **kw)

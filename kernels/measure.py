@@ -10,14 +10,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import torch
 import triton
 import triton.language as tl
 
 from .device import default_device, is_interpreter
-from .spec import KernelDef
+from .spec import Axes, KernelDef
 
 CUPTI = "cupti"
 WALLCLOCK = "interpreter-wallclock"
@@ -164,7 +164,7 @@ def copy_bandwidth(device: torch.device | None = None, nbytes: int = 1 << 30, n:
     return 2 * nbytes / (t.median_us * 1e-6)
 
 
-def measure_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[str, Any], *,
+def measure_config(kernel: KernelDef, axes: Axes, config: Mapping[str, Any], *,
                    n: int | None = None, seed: int = 0, device: torch.device | None = None,
                    inputs: Sequence[torch.Tensor] | None = None) -> Timing:
     """Time the kernel with one config on the benchmark's draw for this case (`inputs`: that
@@ -178,7 +178,7 @@ def measure_config(kernel: KernelDef, axes: Mapping[str, int], config: Mapping[s
     return time_call(lambda: kernel.launch(*inputs, config=cfg), n=n, device=device)
 
 
-def measure_reference(kernel: KernelDef, axes: Mapping[str, int], *, compiled: bool = False,
+def measure_reference(kernel: KernelDef, axes: Axes, *, compiled: bool = False,
                       n: int | None = None, seed: int = 0,
                       device: torch.device | None = None) -> Timing:
     """Time the eager PyTorch reference, or torch.compile of it."""
@@ -186,9 +186,11 @@ def measure_reference(kernel: KernelDef, axes: Mapping[str, int], *, compiled: b
     n = n if n is not None else default_repeats(device.type != "cuda")
     inputs = kernel.make_inputs(axes, seed=seed, distribution="benchmark", device=device)
     fn = kernel.torch_reference
+    if fn is None:
+        raise ValueError(f"{kernel.name}: declares no torch_reference to time")
     if compiled:
         # A fresh compile per case, as the benchmark compiles per shape; without the reset,
         # dynamo's recompile limit silently falls back to eager after eight shapes.
         torch._dynamo.reset()
-        fn = torch.compile(fn, dynamic=False)
+        fn = cast(Callable[..., Any], torch.compile(fn, dynamic=False))
     return time_call(lambda: fn(*inputs), n=n, device=device)

@@ -10,11 +10,13 @@ import logging
 import threading
 from typing import Any, Mapping, Protocol
 
+from .axes import Axes
+
 log = logging.getLogger(__name__)
 
 
 class ConfigProvider(Protocol):
-    def best_config(self, kernel: str, axes: Mapping[str, int], device: str) -> Mapping[str, Any] | None:
+    def best_config(self, kernel: str, axes: Axes, device: str) -> Mapping[str, Any] | None:
         """The best known config for this shape on this device (exact or nearest), or None."""
 
 
@@ -40,7 +42,7 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def lookup(kernel: str, axes: Mapping[str, int], device: str) -> dict[str, Any] | None:
+def lookup(kernel: str, axes: Axes, device: str) -> dict[str, Any] | None:
     """Ask the provider once per (kernel, axes, device) per process; never raises."""
     key = (kernel, tuple(sorted(axes.items())), device)
     with _lock:

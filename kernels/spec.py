@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from .axes import Axes, AxisValue
 from .errors import InvalidConfig
 
+
 Tensors = tuple[torch.Tensor, ...]
-AxisValue = int | str
-Axes = Mapping[str, AxisValue]
 
 # Launch options of triton.Config: passed to the launch, not to the kernel as constexprs.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -338,7 +338,7 @@ class KernelDef:
         outs = self.launch(*inputs, config=full)
         return outs[0] if len(outs) == 1 else outs
 
-    def resolve_config(self, axes: Mapping[str, int], device: torch.device) -> dict[str, Any]:
+    def resolve_config(self, axes: Axes, device: torch.device) -> dict[str, Any]:
         """The provider's config for this shape and device when it is valid here, else the default."""
         from . import provider
         from .device import device_name
@@ -351,7 +351,7 @@ class KernelDef:
                 pass  # a record from another version of the kernel: fall back
         return self.default_config
 
-    def empty_inputs(self, axes: Mapping[str, int], device: torch.device | str) -> Tensors:
+    def empty_inputs(self, axes: Axes, device: torch.device | str) -> Tensors:
         """Uninitialised inputs with the case's shapes and dtypes: a compile needs no more
         (launchers derive their constexprs from shapes), and a warmup launch never reads them."""
         probe = self.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
@@ -441,7 +441,7 @@ class KernelDef:
                 return c
         raise ValueError(f"{self.name}: no suite case {number}; cases are 1..{len(self.cases)}")
 
-    def suite_case_of(self, axes: Mapping[str, int]) -> Case | None:
+    def suite_case_of(self, axes: Axes) -> Case | None:
         for c in self.cases:
             if c.axes == dict(axes):
                 return c

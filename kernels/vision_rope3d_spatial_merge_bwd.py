@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ._trig import OFF_CASE, TRIG_CHOICES, sincos
 from .device import default_device, is_interpreter, num_programs_hint
-from .spec import Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
+from .spec import Axes, AxisValue, Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
 
 NAME = "vision_rope3d_spatial_merge_bwd"
 NUM_HEADS = 16
@@ -178,11 +178,11 @@ def check_inputs(grad_q_embed, grad_k_embed, q, k, embeddings) -> None:
     check_tensor("embeddings", embeddings, shape=(S, HEAD_DIM), dtype=torch.float32, device=dev)
 
 
-def axes_of(grad_q_embed, grad_k_embed, q, k, embeddings) -> dict[str, int]:
+def axes_of(grad_q_embed, grad_k_embed, q, k, embeddings) -> dict[str, AxisValue]:
     return {"seq_len": int(q.shape[0])}
 
 
-def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benchmark",
+def make_inputs(axes: Axes, *, seed: int, distribution: str = "benchmark",
                 device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
     """The benchmark's draw (all standard normal), embeddings built from real RoPE angles of
     positions 0..S-1, or `long`: real RoPE angles of positions drawn up to MAX_POSITION."""
@@ -238,7 +238,7 @@ def torch_reference(grad_q_embed, grad_k_embed, q, k, embeddings):
     return grad_q, grad_k, grad_emb
 
 
-def bytes_moved(axes: Mapping[str, int]) -> int:
+def bytes_moved(axes: Axes) -> int:
     S = int(axes["seq_len"])
     return 6 * S * NUM_HEADS * HEAD_DIM * 4 + 2 * S * HEAD_DIM * 4
 

@@ -47,7 +47,7 @@ import triton.language as tl
 
 from ._trig import OFF_CASE, TRIG_CHOICES, sincos
 from .device import default_device, is_interpreter, num_programs_hint
-from .spec import Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
+from .spec import Axes, AxisValue, Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
 
 NAME = "vision_rope_generation_bwd"
 HEAD_DIM = 72
@@ -542,11 +542,11 @@ def check_inputs(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> None:
     check_tensor("inv_freq", inv_freq, shape=(QUARTER,), dtype=torch.float32, device=dev)
 
 
-def axes_of(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> dict[str, int]:
+def axes_of(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> dict[str, AxisValue]:
     return {"total_patches": int(emb.shape[0])}
 
 
-def _grid_size(axes: Mapping[str, int]) -> int:
+def _grid_size(axes: Axes) -> int:
     if "max_grid_size" in axes:
         return int(axes["max_grid_size"])
     for c in CASES:
@@ -559,7 +559,7 @@ def real_inv_freq(device: torch.device | str = "cpu") -> torch.Tensor:
     return 1.0 / (10000.0 ** (torch.arange(0, HALF, 2, dtype=torch.float64, device=device) / HALF))
 
 
-def make_inputs(axes: Mapping[str, int], *, seed: int, distribution: str = "benchmark",
+def make_inputs(axes: Axes, *, seed: int, distribution: str = "benchmark",
                 device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
     """The benchmark's draw (standard normal, uniform positions), a realistic RoPE table, or
     `long`: a realistic table with positions up to MAX_POSITION (the domain's largest angles)."""
@@ -606,7 +606,7 @@ def torch_reference(grad_cos, grad_sin, pos_ids, inv_freq, emb) -> tuple[torch.T
     return ((seq[:, None] * grad_freqs).sum(0),)
 
 
-def bytes_moved(axes: Mapping[str, int]) -> int:
+def bytes_moved(axes: Axes) -> int:
     P = int(axes["total_patches"])
     return 3 * P * HEAD_DIM * 4 + P * 16 + QUARTER * 4
 

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from kernelsearch.kernels.errors import FailureKind
+from kernelsearch.kernels.errors import FailureKind, TrialCrash
 from kernelsearch.kernels.registry import get_kernel, resolve
 from kernelsearch.kernels.spec import config_key
 
@@ -438,7 +438,10 @@ class TrialRunner:
     def device_name(self) -> str:
         if self.device_info is None:
             self.start()
-        return str(self.device_info["name"])
+        info = self.device_info
+        if info is None:
+            raise TrialCrash("the trial runner did not report its device")
+        return str(info["name"])
 
     # -- compile ahead ---------------------------------------------------------------------
     @property
@@ -453,9 +456,9 @@ class TrialRunner:
     def compile_pool_started(self) -> bool:
         return self._pool is not None
 
-    def _start_pool(self) -> None:
+    def _start_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is not None:
-            return
+            return self._pool
         n = self.compile_workers
         before = set(mp.active_children())
         self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self._ctx,
@@ -467,6 +470,7 @@ class TrialRunner:
         # Those processes, known through multiprocessing's public list of this process's
         # children (the pool never replaces one), so that _drop_pool can kill a stuck one.
         self._pool_procs = [p for p in mp.active_children() if p not in before]
+        return self._pool
 
     def _pool_warming(self) -> bool:
         """True while a process of the pool is still starting (imports, CUDA context, compiler)."""
@@ -493,7 +497,7 @@ class TrialRunner:
         """Compile these configs in the background pool; returns how many were submitted."""
         if self.compile_workers == 0:
             return 0
-        self._start_pool()
+        pool = self._start_pool()
         # A finished compile is only "no need to wait": forgetting it costs nothing.
         for k in [k for k, f in self._pending.items() if f.done()]:
             del self._pending[k]
@@ -503,7 +507,7 @@ class TrialRunner:
             if k in self._pending:
                 continue
             try:
-                self._pending[k] = self._pool.submit(compile_config, kernel, dict(axes), dict(cfg))
+                self._pending[k] = pool.submit(compile_config, kernel, dict(axes), dict(cfg))
             except cf.BrokenExecutor:
                 self._drop_pool()
                 return submitted

@@ -106,7 +106,7 @@ class SafeExpr:
             return self._eval(node.body if self._eval(node.test, env) else node.orelse, env)
         if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(self._eval(e, env) for e in node.elts)
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             return _FUNCS[node.func.id](*(self._eval(a, env) for a in node.args))
         raise ExprError(f"expression {self.text!r}: cannot evaluate {type(node).__name__}")
 

@@ -171,9 +171,9 @@ class SearchSpace:
             if unknown:
                 raise SpaceError(f"space {k.name}: constraint {c.expr.text!r} names unknown "
                                  f"parameter(s) {', '.join(sorted(unknown))}")
-        for name, vals in self.reduced_choices.items():
+        for name, reduced in self.reduced_choices.items():
             p = self.param(name)
-            for v in vals:
+            for v in reduced:
                 if not in_choices(v, p.choices):
                     raise SpaceError(f"space {k.name}: reduced {name!r} value {v!r} not in the space")
 

@@ -183,7 +183,7 @@ def _retried(name: str) -> Callable[..., Any]:
                 if name == "set_trial_state_values" and attempts > 1:
                     state = kwargs.get("state", args[1] if len(args) > 1 else None)
                     trial_id = kwargs.get("trial_id", args[0] if args else None)
-                    if RDBStorage.get_trial(self, trial_id).state == state:
+                    if trial_id is not None and RDBStorage.get_trial(self, trial_id).state == state:
                         return True
                 raise
 
@@ -432,7 +432,7 @@ class TuneHooks:
 
 def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, storage_url: str,
               options: TuneOptions, runner: TrialRunner | None = None,
-              space: SearchSpace | None = None, storage: optuna.storages.BaseStorage | None = None,
+              space: SearchSpace | None = None, storage: RDBStorage | None = None,
               hooks: TuneHooks = TuneHooks()) -> CaseResult:
     """Tune one case until `options` say stop, then write or improve the case's best record.
 
@@ -584,7 +584,7 @@ class _Loop:
             self.evaluated += 1
             if self.run_tag is None or t.user_attrs.get(A_TAG) == self.run_tag:
                 self.counted += 1
-            if st == "ok":
+            if st == "ok" and t.value is not None:
                 self._remember_ok(key, t.value, cfg, t.user_attrs.get(A_OUT) or {})
                 self.history.append(t.value)
             else:

@@ -447,7 +447,7 @@ class Autotuner(TritonAutotuner):
                     self.cache[key] = self.best_config = first
                 return self._launch(first, args, kwargs)
         finally:
-            self.nargs = None
+            self.nargs = None  # type: ignore[assignment]  # Triton's Autotuner resets it so too
 
     def _launch(self, config: Config, args: tuple, kwargs: dict) -> Any:
         if config.pre_hook is not None:
@@ -589,7 +589,7 @@ class Autotuner(TritonAutotuner):
             t0 = time.time()
             timings = {c: self._bench(*args, config=c, **kwargs) for c in pruned}
             self.bench_time = time.time() - t0
-            self.cache[key] = builtins.min(timings, key=timings.get)
+            self.cache[key] = builtins.min(timings, key=lambda c: timings[c])
             self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()},
                           reset_only=True)
             self.configs_timings = timings
@@ -607,6 +607,8 @@ class Autotuner(TritonAutotuner):
         from kernelsearch.kernels.measure import measure_config
 
         kdef = self.kernel_def
+        if kdef is None:
+            return
         cfg = config_dict(config)
         device = next((a.device for a in args if hasattr(a, "device")), None)
         try:
@@ -623,7 +625,7 @@ class Autotuner(TritonAutotuner):
 
     def _from_rank0(self, dist: Any, res: Resolution | None) -> Resolution:
         """Rank 0's resolution, broadcast: every rank runs the same config for the key."""
-        payload = [None if res is None else (config_dict(res.config), res.source.value)]
+        payload: list[Any] = [None if res is None else (config_dict(res.config), res.source.value)]
         dist.broadcast_object_list(payload, src=0)
         cfg, source = payload[0]
         config = to_triton(cfg, self._meta_names, self.configs) or self.configs[0]
@@ -645,6 +647,8 @@ class Autotuner(TritonAutotuner):
     def _run_forced(self, config: Config | object, args: tuple, kwargs: dict) -> Any:
         if config is _CAPTURE:
             raise _Captured({**dict(zip(self.arg_names, args)), **kwargs})
+        if not isinstance(config, Config):
+            raise TypeError(f"a forced launch needs a triton.Config, got {type(config).__name__}")
         outer = getattr(self, "nargs", None)  # a forced launch may run inside a call's resolution
         self.nargs = dict(zip(self.arg_names, args))
         current = dict(kwargs, **config.all_kwargs())
@@ -663,7 +667,7 @@ class Autotuner(TritonAutotuner):
             self.last_launch = ret
             return ret
         finally:
-            self.nargs = outer
+            self.nargs = outer  # type: ignore[assignment]  # None outside a call, as Triton keeps it
 
     # -- the record key of a call ---------------------------------------------------------------
     def case_key(self, named: Mapping[str, Any]) -> CaseKey | None:
@@ -827,6 +831,8 @@ class DecoratedKernel(KernelDef):
     def named_args_for(self, axes: Mapping[str, int]) -> dict[str, Any]:
         """The Triton kernel's named arguments for a case, captured from one launcher call that
         stops at the launch."""
+        if self.user_launch is None:
+            raise RuntimeError(f"{self.name}: declared without a launch to capture arguments from")
         inputs = self.empty_inputs(axes, "cpu")
         with _Using(self.autotuner, _CAPTURE):
             try:
@@ -931,6 +937,8 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
         return tuple(o.double() for o in outs)
 
     def kd_reference(*inputs: Any) -> tuple:
+        if ref_fn is None:
+            return first_config_reference(*inputs)
         got = ref_fn(*inputs)
         outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
         return tuple(o.double() for o in outs)

@@ -131,8 +131,8 @@ def _history_chart(trials: list[dict[str, Any]], title: str) -> Any:
         lat = t.get("latency_median_us")
         ok = lat is not None and str(t.get("state", "")).lower() == "complete"
         points.append((i, lat if ok else None))
-        if ok:
-            best = min(best, lat)
+        if ok and lat is not None:
+            best = min(best, float(lat))
         best_pts.append((i, best if math.isfinite(best) else None))
     titles = [f"trial {t.get('trial_number')}: " + (microseconds(t["latency_median_us"])
               if t.get("latency_median_us") is not None else str(t.get("failure_kind") or t.get("state")))

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S
+
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -111,7 +113,7 @@ class WorkerProcess:
             return
         proc.terminate()
         try:
-            proc.wait(self.settings.trial_timeout_s + 10)
+            proc.wait((self.settings.trial_timeout_s or INTERPRETER_TRIAL_TIMEOUT_S) + 10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)

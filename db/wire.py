@@ -219,12 +219,13 @@ _VIEW_ONLY = {name: (tp | None, Field(None, strict=False))
               for name, (tp, _) in field_specs(RecordView).items()
               if name not in {f.name for f in fields(RecordFields)}}
 
-RecordDoc = create_model(
-    "RecordDoc", __base__=_RecordRules, __module__=__name__, __doc__=_RecordRules.__doc__,
+_RECORD_DOC_FIELDS: dict[str, Any] = {
     **_doc_fields(RecordFields, _RECORD_TYPES, _RECORD_LIMITS),
-    trials=(list[TrialDoc], []),  # type: ignore[valid-type]
+    "trials": (list[TrialDoc], []),  # type: ignore[valid-type]
     **_VIEW_ONLY,
-)
+}
+RecordDoc = create_model("RecordDoc", __base__=_RecordRules, __module__=__name__,
+                         __doc__=_RecordRules.__doc__, **_RECORD_DOC_FIELDS)
 
 
 def first_error(e: ValidationError) -> tuple[str, str]:

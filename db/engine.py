@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,16 @@ VERSION_TABLE = "ks_alembic_version"
 UPGRADE_HINT = "run `kernelsearch db upgrade`"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_S = 5
+# user:password@ in a URL; the password may hold "@" (the host is what follows the last one).
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][\w+.-]*://[^:/@\s]+):\S*?@(?=[^@\s/]*(?:[/\s?#]|$))")
 # Any constant works: it only has to be the same for every process upgrading one database.
 _PG_MIGRATION_LOCK = 0x6B735F6D6967
+
+
+def redact_url_passwords(text: str) -> str:
+    """`text` with the password of every URL in it replaced by ***, for logs and error answers
+    (a driver's error may quote the database URL)."""
+    return _URL_PASSWORD.sub(r"\1:***@", text)
 
 
 def _package_dir() -> Path:

@@ -1,7 +1,8 @@
 """The storage seams, one per concern, the way Optuna keeps `BaseStorage` apart from `BaseHeartbeat`.
 
 A consumer names the narrowest protocol it needs (the tuner does not see the job queue, the
-lookup path does not see imports); the SQL `Store` implements them all, and the storage contract
+lookup path does not see imports); each repository of `db.repos` implements its own and the
+SQL `Store` combines them all, and the storage contract
 suite runs against every backend through them.
 """
 from __future__ import annotations
@@ -10,7 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .store import EntryCheck, ImportReport, JobView, RecordIn, RecordView
+    from .views import ImportReport, JobView, RecordIn, RecordView
+    from .wire import EntryCheck
 
 
 @runtime_checkable

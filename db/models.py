@@ -1,6 +1,7 @@
 """The project's tables, all prefixed `ks_` so they share a database with Optuna's own.
 
-Only `db.store` reads and writes these; other layers see plain dataclass views.
+Only the repositories in `db.repos` read and write these; other layers see the plain views of
+`db.views`.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ NAMING_CONVENTION = {
 }
 
 TABLE_PREFIX = "ks_"
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+# A job is active while it waits or runs; the finished statuses are final.
+ACTIVE_STATUSES = ("queued", "running")
+FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
+JOB_STATUSES = ACTIVE_STATUSES + FINISHED_STATUSES
 TIMING_METHODS = ("cupti", "interpreter-wallclock")
 
 
@@ -121,9 +125,7 @@ class Job(Base):
 
     __tablename__ = "ks_jobs"
     __table_args__ = (
-        CheckConstraint(
-            "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')", name="status"
-        ),
+        CheckConstraint(f"status IN ({', '.join(repr(s) for s in JOB_STATUSES)})", name="status"),
         Index("ix_ks_jobs_status_id", "status", "id"),
     )
 

@@ -31,7 +31,7 @@ import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from triton.compiler.errors import CompilationError
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
@@ -42,6 +42,9 @@ from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule,
                                        params_from_configs)
 
 from .views import case_work_or_none
+
+if TYPE_CHECKING:
+    from kernelsearch.db.interfaces import RecordRepository
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +173,7 @@ class Backends:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ensure_lock = threading.Lock()
-        self._store: Any = None
+        self._store: RecordRepository | None = None
         self._client: Any = None
         self._made_for: tuple | None = None
         self._down_until = 0.0

@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from kernelsearch.kernels import get_kernel, set_provider
 from kernelsearch.kernels import provider as kprovider
@@ -20,13 +20,16 @@ from .client import Client, ClientError
 from .settings import Settings
 from .views import case_work
 
+if TYPE_CHECKING:
+    from kernelsearch.db.interfaces import RecordRepository
+
 log = logging.getLogger(__name__)
 
 
 class StoreProvider:
     """Answers from a database through `db.store.Store.find_best` (exact case, else nearest)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: RecordRepository) -> None:
         self.store = store
 
     def best_config(self, kernel: str, axes: Mapping[str, int], device: str) -> dict[str, Any] | None:
@@ -138,7 +141,7 @@ class ServiceProvider:
         return None
 
 
-def _local_store(settings: Settings) -> Any | None:
+def _local_store(settings: Settings) -> RecordRepository | None:
     """A Store on the configured database, or None when it would only create an empty file."""
     url = settings.database_url
     if url.startswith("sqlite"):
@@ -150,18 +153,10 @@ def _local_store(settings: Settings) -> Any | None:
 
         return Store(url)
     except Exception as exc:
-        log.warning("local store %s not usable: %s", _redact(url), exc)
+        from kernelsearch.db.engine import redact_url_passwords
+
+        log.warning("local store %s not usable: %s", redact_url_passwords(url), exc)
         return None
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for logs."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
-    return url
 
 
 def make_provider(settings: Settings) -> StoreProvider | ServiceProvider | None:

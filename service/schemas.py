@@ -4,11 +4,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from kernelsearch.db.store import AxisValue
+from kernelsearch.db.views import JOB_STATUSES, RecordFields, field_specs
+from kernelsearch.db.wire import AxisValue
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]  # the statuses' one definition
 Match = Literal["exact", "nearest"]
 
 
@@ -80,26 +81,43 @@ class CaseOut(BaseModel):
     info: dict[str, Any] = Field(default_factory=dict)
 
 
-class RecordOut(BaseModel):
+class _RecordOutBase(BaseModel):
     """A tuned record: the best config found for (kernel, case, device)."""
 
     model_config = ConfigDict(extra="allow")
 
-    kernel: str
-    device: str
-    case: dict[str, AxisValue]
-    config: dict[str, Any]
-    latency_us: float = Field(description="median latency of the best config, microseconds")
-    roofline_pct: float | None = Field(None, description="bytes / copy bandwidth over latency, in %")
-    speedup_eager: float | None = None
-    speedup_compile: float | None = None
-    timing_method: str | None = None
-    versions: dict[str, str | None] = Field(default_factory=dict,
-                                            description="torch, triton and kernel source hash")
-    tuned_at: datetime | None = None
+
+def _record_out_fields() -> dict[str, Any]:
+    """The fields RecordOut names, in the order the API answers with them: the record's own
+    (typed as `RecordFields` types them) and the API's short forms of the others; every other
+    field of the view passes through as an extra."""
+    rec = field_specs(RecordFields)
+
+    def own(name: str, description: str | None = None) -> tuple[Any, Any]:
+        tp, default = rec[name]
+        return tp, Field(default, description=description)
+
+    return {
+        "kernel": own("kernel"),
+        "device": own("device"),
+        "case": (dict[str, AxisValue], ...),
+        "config": own("config"),
+        "latency_us": (float, Field(description="median latency of the best config, microseconds")),
+        "roofline_pct": own("roofline_pct", "bytes / copy bandwidth over latency, in %"),
+        "speedup_eager": own("speedup_eager"),
+        "speedup_compile": own("speedup_compile"),
+        "timing_method": own("timing_method"),
+        "versions": (dict[str, str | None],
+                     Field(default_factory=dict, description="torch, triton and kernel source hash")),
+        "tuned_at": own("tuned_at"),
+    }
 
 
-class BestOut(RecordOut):
+RecordOut = create_model("RecordOut", __base__=_RecordOutBase, __module__=__name__,
+                         __doc__=_RecordOutBase.__doc__, **_record_out_fields())
+
+
+class BestOut(RecordOut):  # type: ignore[valid-type,misc]
     match: Match = Field(description="exact: a record for these axes; nearest: the tuned case "
                                      "of this kernel and device closest in work")
     requested: dict[str, AxisValue] = Field(description="the axes asked for")

@@ -22,6 +22,7 @@ from typing import Any, Callable, Self
 
 from kernelsearch.db.engine import is_transient, retrying
 from kernelsearch.db.errors import StoreError, StoreUnavailable
+from kernelsearch.db.interfaces import JobQueue, WorkerStore
 from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
 
@@ -68,7 +69,7 @@ class _Lease(_Periodic):
 
     name = "ks-heartbeat"
 
-    def __init__(self, store: Any, job_id: int, owner: str, interval: float) -> None:
+    def __init__(self, store: JobQueue, job_id: int, owner: str, interval: float) -> None:
         super().__init__(job_id, interval)
         self.store, self.owner = store, owner
         self.lost = threading.Event()
@@ -90,7 +91,7 @@ class _CancelWatch(_Periodic):
 
     name = "ks-cancel"
 
-    def __init__(self, store: Any, job_id: int, interval: float) -> None:
+    def __init__(self, store: JobQueue, job_id: int, interval: float) -> None:
         super().__init__(job_id, interval)
         self.store = store
         self.cancelled = threading.Event()
@@ -110,7 +111,7 @@ class _CancelWatch(_Periodic):
 class Worker:
     """Claims and runs jobs; `run_forever(stop)` loops, `run_one()` handles at most one job."""
 
-    def __init__(self, settings: Settings, store: Any, *, owner: str | None = None,
+    def __init__(self, settings: Settings, store: WorkerStore, *, owner: str | None = None,
                  metrics: Metrics | None = None,
                  on_records_changed: Callable[[], None] | None = None,
                  runner: Any | None = None, kernel_modules: tuple[str, ...] = ()) -> None:
@@ -325,7 +326,7 @@ class Worker:
         return watch is not None and watch.cancelled.is_set()
 
 
-def worker_store(settings: Settings) -> Any:
+def worker_store(settings: Settings) -> WorkerStore:
     """The store a worker uses: its own pool, and transient failures retried for
     KS_DB_RETRY_SECONDS, so a dropped connection costs a retry, never a job."""
     from kernelsearch.db.store import Store

@@ -4,13 +4,20 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import fields
 from datetime import datetime, timedelta, timezone
+from typing import Protocol, get_args, get_type_hints
 
 import pytest
 from helpers import DEVICE, KERNEL, make_record
 
+from kernelsearch.db import interfaces
+from kernelsearch.db.engine import redact_url_passwords, upgrade
 from kernelsearch.db.errors import Conflict, ImportRejected, SchemaBehind, StoreUnavailable
+from kernelsearch.db.models import Record
+from kernelsearch.db.repos import DeviceRepo, JobRepo, RecordRepo, TransferRepo, TrialRepo
 from kernelsearch.db.store import EXPORT_SCHEMA, EXPORT_VERSION, Store
+from kernelsearch.db.views import RECORD_COLUMNS, RECORD_KEY_FIELDS, VIEW_COLUMNS, RecordFields, RecordView
 
 CASES = [{"total_patches": 64}, {"total_patches": 128}]
 
@@ -365,3 +372,59 @@ def test_views_are_plain_data(store: Store) -> None:
     assert json.loads(json.dumps(d)) == d
     assert datetime.fromisoformat(d["tuned_at"]) == make_record(4.0).tuned_at
     assert datetime.now(timezone.utc) - store.create_job(KERNEL, CASES, 1, "tpe").created_at < timedelta(minutes=5)
+
+
+# ----------------------------------------------------------------------------- seams
+
+
+def test_the_store_implements_every_storage_protocol(store: Store) -> None:
+    protocols = [v for v in vars(interfaces).values()
+                 if isinstance(v, type) and issubclass(v, Protocol) and v is not Protocol]
+    assert len(protocols) >= 10
+    for proto in protocols:
+        assert isinstance(store, proto), proto.__name__
+
+
+def test_each_repository_stands_alone(db_url: str) -> None:
+    # Each concern's repository runs over the shared base without the others mixed in.
+    upgrade(db_url)
+    with RecordRepo(db_url) as records:
+        assert isinstance(records, interfaces.RecordRepository)
+        assert not isinstance(records, interfaces.JobQueue)
+        view, improved = records.upsert_best(make_record(10.0))
+        assert improved and records.find_best(KERNEL, DEVICE, view.axes, view.work)[0].id == view.id
+        assert records.has_records() and records.records_version() == 1
+    with JobRepo(db_url) as jobs:
+        assert isinstance(jobs, interfaces.JobQueue) and isinstance(jobs, interfaces.StudyClaims)
+        job = jobs.create_job(KERNEL, CASES, 2, "tpe")
+        assert jobs.claim_job("w1", lease_seconds=60).id == job.id
+        assert jobs.claim_study("ks/s", "w1", lease_seconds=60) is None
+    with TrialRepo(db_url) as trials, DeviceRepo(db_url) as devices, TransferRepo(db_url) as io:
+        trials.add_trial_summary("ks/s", KERNEL, DEVICE, CASES[0], 0, "complete", {}, 1.0, None, None)
+        assert trials.trial_numbers("ks/s") == {0}
+        assert [d["name"] for d in devices.list_devices()] == [DEVICE]
+        assert len(io.export_records()["records"]) == 1
+
+
+def test_the_record_definition_matches_the_records_table() -> None:
+    # A record field added in views.RecordFields must get its column in models.Record (and a
+    # migration), and the reverse; the key fields live in the kernel, case and device rows.
+    table = {c.key: c for c in Record.__table__.columns}
+    own = {"kernel_id", "case_id", "device_id", "created_at", "fingerprint"}
+    assert set(table) - own == set(VIEW_COLUMNS)
+    assert set(RECORD_KEY_FIELDS) | set(RECORD_COLUMNS) == {f.name for f in fields(RecordFields)}
+    hints = get_type_hints(RecordView)
+    for name in VIEW_COLUMNS:
+        optional = type(None) in get_args(hints[name])
+        assert table[name].nullable == optional, f"{name}: nullable column vs field type"
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("postgresql+psycopg://ks:s3cret@db:5432/ks", "postgresql+psycopg://ks:***@db:5432/ks"),
+    ("failed: postgresql://u:p@ss@db/ks?opt=a@b (x)", "failed: postgresql://u:***@db/ks?opt=a@b (x)"),
+    ("postgresql://ks@db/ks", "postgresql://ks@db/ks"),
+    ("sqlite:///var/a@b.db", "sqlite:///var/a@b.db"),
+    ("a postgresql://a:1@h and mysql://b:2@k", "a postgresql://a:***@h and mysql://b:***@k"),
+])
+def test_url_passwords_are_redacted(text: str, shown: str) -> None:
+    assert redact_url_passwords(text) == shown

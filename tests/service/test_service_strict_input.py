@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
+from typing import get_args
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from svc_helpers import H200, KB, settings_for
 
 from kernelsearch.db.store import Store
+from kernelsearch.db.views import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
+from kernelsearch.service import schemas
 from kernelsearch.service.api import create_app
 
 JSON = {"Content-Type": "application/json"}
@@ -222,3 +225,8 @@ def test_no_json_body_gets_a_500(sqlite_client: TestClient, extra, field: str) -
     assert r.status_code < 500, r.text
     if r.status_code >= 400:
         _shaped(r)
+
+
+def test_the_api_job_statuses_are_the_stores() -> None:
+    assert JOB_STATUSES == ACTIVE_STATUSES + FINISHED_STATUSES
+    assert get_args(schemas.JobStatus) == JOB_STATUSES

@@ -38,7 +38,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from kernelsearch.kernels import all_kernels, get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
@@ -47,6 +47,9 @@ from kernelsearch.kernels.spec import config_key, in_choices, same_choice
 from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
 from kernelsearch.search_space.space import SearchSpace, get_space
 from kernelsearch.search_space.tuner import TuneOptions, make_storage, tune_case
+
+if TYPE_CHECKING:
+    from kernelsearch.db.interfaces import TuningStore
 
 WITHIN = 0.03
 
@@ -125,7 +128,7 @@ class Clock:
         return self.budget_s - (time.monotonic() - self.t0)
 
 
-def run_search(kernels: Sequence[str], cases: Sequence[int], store: Any, url: str,
+def run_search(kernels: Sequence[str], cases: Sequence[int], store: TuningStore, url: str,
                runner: TrialRunner, clock: Clock, *, seeds: int, measure_n: int, live: bool,
                replay_fraction: float, tag: str, log: Any) -> dict[str, Any]:
     """Measure the reduced space's grid of every kernel and case on the GPU, then replay."""
@@ -164,7 +167,7 @@ def _grid_summary(res: Any) -> dict[str, Any]:
 
 
 def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping[str, Mapping],
-           axes_list: Sequence[Mapping[str, int]], store: Any, url: str,
+           axes_list: Sequence[Mapping[str, int]], store: TuningStore, url: str,
            device_info: dict[str, Any], versions: dict[str, str], clock: Clock, *, seeds: int,
            measure_n: int, replay_fraction: float, tag: str, log: Any,
            live_runner: TrialRunner | None = None) -> None:
@@ -310,7 +313,7 @@ def _table_record(kname: str, axes: Mapping[str, int], row: Mapping[str, Any], *
 
 
 def run_table_search(doc: Mapping[str, Any], kernels: Sequence[str], cases: Sequence[int] | None,
-                     store: Any, url: str, clock: Clock, *, seeds: int, measure_n: int,
+                     store: TuningStore, url: str, clock: Clock, *, seeds: int, measure_n: int,
                      replay_fraction: float, tag: str, log: Any) -> dict[str, Any]:
     """The search experiment over a measured `kernelsearch_tools.explore` table instead of a GPU grid."""
     import optuna
@@ -405,7 +408,7 @@ def _summarise(runs: list[dict[str, Any]], n_grid: int) -> dict[str, Any]:
             "median_fraction_of_grid": (statistics.median(found) / n_grid) if found else None}
 
 
-def run_throughput(kernels: Sequence[str], store: Any, url: str, runner: TrialRunner,
+def run_throughput(kernels: Sequence[str], store: TuningStore, url: str, runner: TrialRunner,
                    clock: Clock, *, n_trials: int, measure_n: int, tag: str, log: Any) -> dict[str, Any]:
     t0 = time.monotonic()
     phases = {"compile": 0.0, "check": 0.0, "measure": 0.0, "compile_wait": 0.0}

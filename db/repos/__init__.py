@@ -1,0 +1,10 @@
+"""One repository per storage concern, each usable alone over the shared `RepoBase`;
+`db.store.Store` combines them over one engine."""
+from ._base import RepoBase
+from .devices import DeviceRepo
+from .jobs import JobRepo
+from .records import RecordRepo
+from .transfer import TransferRepo
+from .trials import TrialRepo
+
+__all__ = ["RepoBase", "DeviceRepo", "JobRepo", "RecordRepo", "TrialRepo", "TransferRepo"]

@@ -1,0 +1,257 @@
+"""Best records per (kernel, case, device), their history and the nearest-case lookup
+(`interfaces.RecordRepository`)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from datetime import timezone
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ..checks import axes_key, check_number
+from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow
+from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView
+from ..wire import validated_record
+from ._base import RepoBase
+
+
+def _fingerprint(r: RecordIn) -> str:
+    """Hash of what a record measured; equal for the same record exported and re-imported."""
+    body = {
+        "kernel": r.kernel,
+        "axes": axes_key(r.axes),
+        "device": r.device,
+        "torch": r.torch_version,
+        "triton": r.triton_version,
+        "source": r.source_hash,
+        "config": r.config,
+        "lat": [r.latency_median_us, r.latency_min_us, r.latency_max_us, r.latency_iqr_us],
+        "method": r.timing_method,
+        "rel_error": r.rel_error,
+        "tuned_at": r.tuned_at.astimezone(timezone.utc).isoformat(timespec="microseconds"),
+    }
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# The references (and the speedups over them) a re-import may give a record stored without them.
+_REFERENCE_COLUMNS = ("eager_latency_us", "compile_latency_us", "speedup_eager", "speedup_compile")
+
+
+class RecordRepo(RepoBase):
+    def _records_query(self) -> Any:
+        return (
+            select(Record, Kernel.name, Case.axes, Case.work, Device.name)
+            .join(Kernel, Kernel.id == Record.kernel_id)
+            .join(Case, Case.id == Record.case_id)
+            .join(Device, Device.id == Record.device_id)
+        )
+
+    @staticmethod
+    def _record_view(row: Any) -> RecordView:
+        r, kernel, axes, work, device = row
+        return RecordView(kernel=kernel, axes=dict(axes), work=work, device=device,
+                          **{c: getattr(r, c) for c in VIEW_COLUMNS})
+
+    def _load_record(self, s: Session, record_id: int) -> RecordView:
+        return self._record_view(s.execute(self._records_query().where(Record.id == record_id)).one())
+
+    def _upsert_locked(self, s: Session, rec: RecordIn) -> tuple[int, bool, bool, bool]:
+        """Store rec under the records lock. Returns (id, became_current, superseded_one, new)."""
+        fp = _fingerprint(rec)
+        existing = s.execute(select(Record.id).where(Record.fingerprint == fp)).scalar_one_or_none()
+        if existing is not None:
+            return existing, False, False, False
+        kernel_id, case_id, device_id = self._key_ids(s, rec.kernel, rec.axes, rec.work,
+                                                      rec.device, rec.device_info)
+        current = s.execute(
+            select(Record.id, Record.latency_median_us).where(
+                Record.case_id == case_id, Record.device_id == device_id, Record.is_current.is_(True)
+            )
+        ).first()
+        better = current is None or rec.latency_median_us < current.latency_median_us
+        now = utcnow()
+        if better and current is not None:
+            s.execute(
+                update(Record)
+                .where(Record.id == current.id)
+                .values(is_current=False, superseded_at=now)
+                .execution_options(synchronize_session=False)
+            )
+        row = Record(
+            kernel_id=kernel_id,
+            case_id=case_id,
+            device_id=device_id,
+            **{c: getattr(rec, c) for c in RECORD_COLUMNS},
+            created_at=now,
+            is_current=better,
+            superseded_at=None if better else now,
+            superseded_by=None if better or current is None else current.id,
+            fingerprint=fp,
+        )
+        s.add(row)
+        s.flush()
+        if better and current is not None:
+            s.execute(
+                update(Record)
+                .where(Record.id == current.id)
+                .values(superseded_by=row.id)
+                .execution_options(synchronize_session=False)
+            )
+        return row.id, better, better and current is not None, True
+
+    def _add_trials_locked(self, s: Session, rec: RecordIn) -> int:
+        """Store the trials a record carries under its study; trials already there are kept as
+        they are. Returns how many were new."""
+        if not rec.trials or not rec.study_name:
+            return 0
+        kernel_id, case_id, device_id = self._key_ids(s, rec.kernel, rec.axes, rec.work,
+                                                      rec.device, rec.device_info)
+        now = utcnow()
+        rows = [
+            {
+                "study_name": rec.study_name,
+                "trial_number": t.number,
+                "kernel_id": kernel_id,
+                "case_id": case_id,
+                "device_id": device_id,
+                "state": t.state,
+                "config": t.config,
+                "latency_median_us": t.latency_median_us,
+                "failure_kind": t.failure_kind,
+                "message": t.message,
+                "extra": None,
+                # Not rec.job_id: that job belongs to the database that tuned the record, and
+                # here the number may name another job.
+                "job_id": None,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for t in rec.trials
+        ]
+        added = 0
+        for i in range(0, len(rows), 200):
+            ins = self._insert(s, TrialSummary).values(rows[i : i + 200])
+            stmt = ins.on_conflict_do_nothing(index_elements=["study_name", "trial_number"])
+            added += len(s.execute(stmt.returning(TrialSummary.id)).all())
+        return added
+
+    def _fill_references_locked(self, s: Session, record_id: int, rec: RecordIn) -> bool:
+        """Give a stored record the references (and speedups) it lacks and `rec`, the same
+        measurement exported by newer code, carries. True when something was filled."""
+        filled = False
+        for col in _REFERENCE_COLUMNS:
+            value = getattr(rec, col)
+            if value is None:
+                continue
+            column = getattr(Record, col)
+            res = s.execute(
+                update(Record)
+                .where(Record.id == record_id, column.is_(None))
+                .values({column: value})
+                .execution_options(synchronize_session=False)
+            )
+            filled |= bool(res.rowcount)
+        return filled
+
+    def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:
+        """Store a result; True when it became the current best (strictly faster median, or the
+        first for its key). A slower one is kept as history only. Storing the identical record
+        again changes nothing and returns (existing, False)."""
+        rec = validated_record(rec)
+
+        def tx(s: Session) -> tuple[RecordView, bool]:
+            self._lock_counter(s, "records")
+            rid, improved, _, new = self._upsert_locked(s, rec)
+            self._add_trials_locked(s, rec)
+            if new:
+                self._bump(s, "records")
+            return self._load_record(s, rid), improved
+
+        return self._tx(tx, write=True)
+
+    def find_best(
+        self, kernel: str, device: str, axes: dict[str, Any], work: float,
+        distance: Callable[[dict[str, Any], float], float] | None = None,
+    ) -> tuple[RecordView, str] | None:
+        """The current record for exactly these axes ("exact"), else the current record of the
+        same kernel and device nearest to them ("nearest"). "Nearest" is the kernel's own
+        definition (`KernelDef.distance`, passed as `distance(axes, work)` of a candidate, where
+        an infinite distance means never: another dtype, say); without it, the log ratio of work."""
+        key = axes_key(axes)
+        check_number(work, "work", finite=True)
+        if distance is None:
+            def distance(_axes: dict[str, Any], w: float) -> float:
+                return abs(math.log(max(w, 1.0)) - math.log(max(float(work), 1.0)))
+
+        def q(s: Session) -> tuple[RecordView, str] | None:
+            base = self._records_query().where(
+                Kernel.name == kernel, Device.name == device, Record.is_current.is_(True)
+            )
+            row = s.execute(base.where(Case.axes_key == key)).first()
+            if row is not None:
+                return self._record_view(row), "exact"
+            cands = s.execute(
+                select(Case.id, Case.axes, Case.work)
+                .join(Record, Record.case_id == Case.id)
+                .join(Kernel, Kernel.id == Case.kernel_id)
+                .join(Device, Device.id == Record.device_id)
+                .where(Kernel.name == kernel, Device.name == device,
+                       Record.is_current.is_(True), Case.work.is_not(None))
+            ).all()
+            ranked = sorted((distance(dict(ax), float(w)), cid) for cid, ax, w in cands)
+            if not ranked or not math.isfinite(ranked[0][0]):
+                return None
+            row = s.execute(base.where(Case.id == ranked[0][1])).first()
+            return None if row is None else (self._record_view(row), "nearest")
+
+        return self._tx(q, write=False)
+
+    def list_records(
+        self, kernel: str | None = None, device: str | None = None, include_history: bool = False
+    ) -> list[RecordView]:
+        """Records ordered by kernel, device, case work, then time."""
+
+        def q(s: Session) -> list[RecordView]:
+            stmt = self._records_query()
+            if kernel is not None:
+                stmt = stmt.where(Kernel.name == kernel)
+            if device is not None:
+                stmt = stmt.where(Device.name == device)
+            if not include_history:
+                stmt = stmt.where(Record.is_current.is_(True))
+            stmt = stmt.order_by(Kernel.name, Device.name, Case.work, Case.axes_key, Record.tuned_at, Record.id)
+            return [self._record_view(r) for r in s.execute(stmt).all()]
+
+        return self._tx(q, write=False)
+
+    def record_history(self, kernel: str, device: str, axes: dict[str, int]) -> list[RecordView]:
+        """Every record of one key, oldest first (the current one included)."""
+        key = axes_key(axes)
+
+        def q(s: Session) -> list[RecordView]:
+            stmt = (
+                self._records_query()
+                .where(Kernel.name == kernel, Device.name == device, Case.axes_key == key)
+                .order_by(Record.tuned_at, Record.id)
+            )
+            return [self._record_view(r) for r in s.execute(stmt).all()]
+
+        return self._tx(q, write=False)
+
+    def records_version(self) -> int:
+        """A number that changes whenever records change (for cache invalidation)."""
+
+        def q(s: Session) -> int:
+            v = s.execute(select(Counter.value).where(Counter.name == "records")).scalar_one_or_none()
+            return int(v or 0)
+
+        return self._tx(q, write=False)
+
+    def has_records(self) -> bool:
+        """True when at least one record is stored (used by `records import --if-empty`)."""
+        return self._tx(lambda s: s.execute(select(Record.id).limit(1)).first() is not None, write=False)

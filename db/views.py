@@ -1,0 +1,151 @@
+"""The plain values the storage layer takes and gives: what other layers see instead of rows.
+
+`RecordFields` is the one definition of a record: `RecordIn` and `RecordView` extend it, the
+repositories copy columns by iterating it, and the wire format (`db.wire.RecordDoc`) and the
+API's `RecordOut` are built from its fields. `models.Record` must have a column for each of
+them (tests/db/test_store_contract.py checks it).
+"""
+from __future__ import annotations
+
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from .models import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, utcnow
+
+__all__ = [
+    "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
+    "TrialIn", "RecordView", "ImportReport", "RECORD_KEY_FIELDS", "RECORD_COLUMNS", "VIEW_COLUMNS",
+    "field_specs",
+]
+
+
+def _iso(v: Any) -> Any:
+    return v.isoformat() if isinstance(v, datetime) else v
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: int
+    kernel: str
+    cases: list[dict[str, Any]]
+    n_trials: int
+    sampler: str
+    timeout_s: float | None
+    status: str
+    trials_done: int
+    device: str | None
+    best: dict[str, Any] | None
+    error: str | None
+    owner: str | None
+    heartbeat_at: datetime | None
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    current_case: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _iso(v) for k, v in asdict(self).items()}
+
+
+# Not frozen: a RecordIn may be built up field by field, and a frozen dataclass cannot extend a
+# mutable one (nor the reverse), so the view is not frozen either.
+@dataclass(kw_only=True)
+class RecordFields:
+    """What a record measured, on what, with what: the fields every form of a record shares.
+    `work` is the bytes the case moves (for nearest-case lookups)."""
+
+    kernel: str
+    axes: dict[str, Any]
+    work: float
+    device: str
+    device_info: dict[str, Any] | None = None
+    torch_version: str
+    triton_version: str
+    source_hash: str
+    config: dict[str, Any]
+    latency_median_us: float
+    latency_min_us: float
+    latency_max_us: float
+    latency_iqr_us: float
+    timing_method: str
+    roofline_pct: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    # The PyTorch references' median latencies, measured with the record: what the speedups are
+    # ratios of, carried with the record so they stay computable.
+    eager_latency_us: float | None = None
+    compile_latency_us: float | None = None
+    rel_error: float
+    n_trials: int
+    n_failed: int = 0
+    study_name: str | None = None
+    job_id: int | None = None
+    tuned_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialIn:
+    """One trial of a record's study as an export carries it (Optuna's trial number)."""
+
+    number: int
+    state: str
+    config: dict[str, Any]
+    latency_median_us: float | None = None
+    failure_kind: str | None = None
+    message: str | None = None
+
+
+@dataclass(kw_only=True)
+class RecordIn(RecordFields):
+    """A tuned result to store."""
+
+    # The trials of the record's study (an import carries them; the tuner stores its own).
+    trials: list[TrialIn] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class RecordView(RecordFields):
+    """A stored record: current, or history pointing at the record that superseded it."""
+
+    id: int
+    is_current: bool
+    superseded_at: datetime | None
+    superseded_by: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _iso(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """added: new records stored; superseded: current records an imported one replaced;
+    unchanged: entries already present (a second import of the same file is all unchanged)."""
+
+    added: int = 0
+    superseded: int = 0
+    unchanged: int = 0
+    trials_added: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# The fields a record's key rows hold (ks_kernels, ks_cases, ks_devices); every other field of
+# RecordFields is a column of ks_records under the same name, and so is each view-only field.
+RECORD_KEY_FIELDS = ("kernel", "axes", "work", "device")
+RECORD_COLUMNS = tuple(f.name for f in fields(RecordFields) if f.name not in RECORD_KEY_FIELDS)
+VIEW_COLUMNS = tuple(f.name for f in fields(RecordView) if f.name not in RECORD_KEY_FIELDS)
+
+
+def field_specs(cls: type, names: tuple[str, ...] | None = None) -> dict[str, tuple[Any, Any]]:
+    """`{name: (type, default)}` of a view dataclass's fields, in their order, for building a
+    pydantic model from them (`create_model(**specs)`); `...` marks a required field. A field
+    with a default factory is required there: a document or an answer always says it."""
+    hints = typing.get_type_hints(cls)
+    wanted = [f for f in fields(cls) if names is None or f.name in names]
+    if names is not None and len(wanted) != len(names):
+        raise ValueError(f"{cls.__name__} has no field {sorted(set(names) - {f.name for f in wanted})}")
+    return {f.name: (hints[f.name], ... if f.default is MISSING else f.default) for f in wanted}

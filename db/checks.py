@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from .models import JOB_STATUSES
+from .statuses import JOB_STATUSES
 
 
 def check_int(v: Any, arg: str, *, minimum: int | None = None, optional: bool = False) -> None:

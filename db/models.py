@@ -28,6 +28,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from .statuses import JOB_STATUSES
+
 # Stable constraint names: Alembic's batch mode on SQLite and later migrations need them.
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -38,10 +40,6 @@ NAMING_CONVENTION = {
 }
 
 TABLE_PREFIX = "ks_"
-# A job is active while it waits or runs; the finished statuses are final.
-ACTIVE_STATUSES = ("queued", "running")
-FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-JOB_STATUSES = ACTIVE_STATUSES + FINISHED_STATUSES
 TIMING_METHODS = ("cupti", "interpreter-wallclock")
 
 

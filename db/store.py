@@ -7,7 +7,7 @@ callers that import them from this module.
 from __future__ import annotations
 
 from .checks import axes_key
-from .models import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
+from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
 from .repos import DeviceRepo, JobRepo, RecordRepo, TransferRepo, TrialRepo
 from .views import ImportReport, JobView, RecordFields, RecordIn, RecordView, TrialIn
 from .wire import (EXPORT_SCHEMA, EXPORT_VERSION, IMPORT_VERSIONS, AxisValue, DeviceInfoDoc,

@@ -12,7 +12,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from .models import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, utcnow
+from .models import utcnow
+from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
 
 __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",

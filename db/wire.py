@@ -281,8 +281,8 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None) -> list[Reco
         try:
             rec = RecordDoc.model_validate(entry).to_record_in()
         except ValidationError as e:
-            loc, msg = first_error(e)
-            raise ImportRejected(f"records[{i}].{loc}: {msg}", index=i, field=loc) from None
+            path, msg = first_error(e)
+            raise ImportRejected(f"records[{i}].{path}: {msg}", index=i, field=path) from None
         if check is not None:
             try:
                 check(rec)

@@ -13,7 +13,9 @@ from typing import Any, Literal, Mapping, Sequence
 
 import httpx
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+from kernelsearch.db.statuses import FINISHED_STATUSES
+
+TERMINAL = frozenset(FINISHED_STATUSES)
 
 
 class ClientError(Exception):

@@ -25,7 +25,9 @@ from kernelsearch.db.interfaces import ServiceStore
 
 from .charts import PALETTE, Series, make_chart, microseconds
 from .settings import Settings
-from .views import ACTIVE_JOB_STATUSES, case_work_or_none, current_versions, job_json, record_json
+from kernelsearch.db.statuses import ACTIVE_STATUSES
+
+from .views import case_work_or_none, current_versions, job_json, record_json
 
 _env = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -191,7 +193,7 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
     bests.append(cur.get("best_latency_us"))
     found = [b for b in bests if isinstance(b, (int, float))]
     j["best_us"] = min(found) if found else None
-    j["can_cancel"] = j.get("status") in ACTIVE_JOB_STATUSES
+    j["can_cancel"] = j.get("status") in ACTIVE_STATUSES
     j["url"] = f"/jobs/{j['id']}"
     return j
 

@@ -6,7 +6,6 @@ encode: a 500). Here both become {"detail": "<sentence>", "errors": [{"loc", "ms
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,13 +15,10 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kernelsearch.db import errors as dberr
+from kernelsearch.db.engine import redact_url_passwords
 
-_URL_CREDENTIALS = re.compile(r"(\w+://[^:/@\s]+):[^@\s]*@")
-
-
-def redact(text: str) -> str:
-    """Drop passwords from database URLs quoted in messages and logs."""
-    return _URL_CREDENTIALS.sub(r"\1:***@", text)
+# Database URLs quoted in messages and logs lose their passwords.
+redact = redact_url_passwords
 
 
 def _text(s: Any) -> str:

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kernelsearch.db.models import JOB_STATUSES
+from kernelsearch.db.statuses import JOB_STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from kernelsearch.db.views import JOB_STATUSES, RecordFields, field_specs
+from kernelsearch.db.statuses import JOB_STATUSES
+from kernelsearch.db.views import RecordFields, field_specs
 from kernelsearch.db.wire import AxisValue
 
 JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]  # the statuses' one definition

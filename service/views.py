@@ -15,7 +15,6 @@ from kernelsearch import kernels
 from kernelsearch.kernels.device import versions as kernel_versions
 
 # The statuses in which a job can still be cancelled (the dashboard offers its button).
-ACTIVE_JOB_STATUSES = ("queued", "running")
 
 
 @lru_cache(maxsize=None)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import CursorResult, Engine, Result, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -32,6 +32,12 @@ def _retryable(e: sa_exc.DBAPIError) -> bool:
     # PostgreSQL serialization failure / deadlock; unique races settle on a second try.
     return isinstance(e, sa_exc.IntegrityError) or getattr(e.orig, "sqlstate", None) in ("40001", "40P01")
 
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE matched: its result is a CursorResult, which Session.execute is
+    typed to return as a plain Result."""
+    return cast(CursorResult[Any], result).rowcount
 
 class RepoBase:
     """One SQL database (SQLite or PostgreSQL) and the transaction every repository method runs in;
@@ -112,7 +118,7 @@ class RepoBase:
 
     def _bump(self, s: Session, name: str) -> None:
         res = s.execute(update(Counter).where(Counter.name == name).values(value=Counter.value + 1))
-        if res.rowcount == 0:
+        if rowcount(res) == 0:
             s.add(Counter(name=name, value=1))
 
     # -- the key rows records, trials and jobs hang off ------------------------------

@@ -11,9 +11,10 @@ from sqlalchemy.orm import Session
 
 from ..checks import axes_key, check_int, check_name, check_number, check_status
 from ..errors import Conflict
-from ..models import ACTIVE_STATUSES, FINISHED_STATUSES, Job, Kernel, StudyClaim, utcnow
+from ..models import Job, Kernel, StudyClaim, utcnow
+from ..statuses import ACTIVE_STATUSES, FINISHED_STATUSES
 from ..views import JobView
-from ._base import RepoBase
+from ._base import RepoBase, rowcount
 
 
 class JobRepo(RepoBase):
@@ -193,7 +194,7 @@ class JobRepo(RepoBase):
         stmt = self._update_owned(job_id, owner, {"heartbeat_at": now})
 
         def tx(s: Session) -> bool:
-            ours = s.execute(stmt).rowcount == 1
+            ours = rowcount(s.execute(stmt)) == 1
             if ours:
                 s.execute(update(StudyClaim).where(StudyClaim.owner == owner)
                           .values(heartbeat_at=now).execution_options(synchronize_session=False))
@@ -209,7 +210,7 @@ class JobRepo(RepoBase):
 
         def tx(s: Session) -> bool:
             s.execute(delete(StudyClaim).where(StudyClaim.owner == owner))
-            return s.execute(stmt).rowcount == 1
+            return rowcount(s.execute(stmt)) == 1
 
         return self._tx(tx, write=True)
 
@@ -237,14 +238,14 @@ class JobRepo(RepoBase):
         if current_case is not None:
             values["current_case"] = current_case
         stmt = self._update_owned(job_id, owner, values)
-        return self._tx(lambda s: s.execute(stmt).rowcount == 1, write=True)
+        return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
 
     def finish_job(self, job_id: int, owner: str, status: str, error: str | None = None) -> bool:
         """Close a job we own; False when it was cancelled or re-claimed meanwhile."""
         check_status(status, "status", FINISHED_STATUSES)
         stmt = self._update_owned(job_id, owner,
                                   {"status": status, "error": error, "finished_at": utcnow()})
-        return self._tx(lambda s: s.execute(stmt).rowcount == 1, write=True)
+        return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
 
     def cancel_job(self, job_id: int) -> JobView | None:
         """queued/running -> cancelled; a finished job is returned unchanged; None if unknown."""
@@ -276,13 +277,13 @@ class JobRepo(RepoBase):
             ins = self._insert(s, StudyClaim).values(study_name=study_name, owner=owner,
                                                       job_id=job_id, heartbeat_at=now)
             s.execute(ins.on_conflict_do_nothing(index_elements=["study_name"]))
-            taken = s.execute(
+            taken = rowcount(s.execute(
                 update(StudyClaim)
                 .where(StudyClaim.study_name == study_name,
                        or_(StudyClaim.owner == owner, StudyClaim.heartbeat_at < cutoff))
                 .values(owner=owner, job_id=job_id, heartbeat_at=now)
                 .execution_options(synchronize_session=False)
-            ).rowcount
+            ))
             if taken:
                 return None
             return s.execute(select(StudyClaim.owner)

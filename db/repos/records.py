@@ -16,7 +16,7 @@ from ..checks import axes_key, check_number
 from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow
 from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView
 from ..wire import validated_record
-from ._base import RepoBase
+from ._base import RepoBase, rowcount
 
 
 def _fingerprint(r: RecordIn) -> str:
@@ -155,7 +155,7 @@ class RecordRepo(RepoBase):
                 .values({column: value})
                 .execution_options(synchronize_session=False)
             )
-            filled |= bool(res.rowcount)
+            filled |= bool(rowcount(res))
         return filled
 
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:

@@ -32,7 +32,8 @@ class TransferRepo(RecordRepo):
             d = r.as_dict()
             for k in ("id", "superseded_by"):
                 d.pop(k)
-            d["trials"] = trials.get((r.study_name, r.kernel, axes_key(r.axes), r.device), [])
+            d["trials"] = (trials.get((r.study_name, r.kernel, axes_key(r.axes), r.device), [])
+                           if r.study_name else [])
             out.append(d)
         return {
             "schema": EXPORT_SCHEMA,

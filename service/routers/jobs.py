@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 from kernelsearch.db import errors as dberr
+from kernelsearch.db.statuses import FINISHED_STATUSES
 
 from .. import schemas
 from ..deps import SettingsDep, StoreDep, require_writer
@@ -16,7 +17,8 @@ from .common import ERRORS, JOB_ID, WRITE_ERRORS, kernel_or_404
 router = APIRouter(tags=["jobs"])
 
 # A job that ended by itself cannot be cancelled (cancelling a cancelled one answers it again).
-_ENDED = ("succeeded", "failed")
+# Cancelling a cancelled job answers it again; one that ended otherwise is a conflict.
+_ENDED = tuple(s for s in FINISHED_STATUSES if s != "cancelled")
 
 
 @router.post("/v1/jobs", status_code=202, response_model=schemas.JobOut,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from svc_helpers import H200, KB, settings_for
 
 from kernelsearch.db.store import Store
-from kernelsearch.db.views import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
+from kernelsearch.db.statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
 from kernelsearch.service import schemas
 from kernelsearch.service.api import create_app
 

@@ -55,6 +55,8 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
         --json $OUT/retune.json 2>&1 | grep -v -i warn | tail -25
       $KS records export $OUT/h200_records.json ;;
     bench)
+      $KS db upgrade >/dev/null
+      $KS records import --if-empty $RECORDS
       timeout ${BENCH_S:-170} $KS bench --compare-default --n 30 --json $OUT/bench.json \
         --table $OUT/bench.txt 2>$OUT/bench.err; echo "bench rc=$?"; grep -i mean $OUT/bench.txt ;;
     issue13)

@@ -30,6 +30,14 @@ def test_wheel_has_one_top_level_package(tmp_path):
                    "vision_rope_generation_bwd.toml",
                    "kernelsearch/kernels/cases/vision_rope_generation_bwd.json"):
         assert needed in names, needed
+    # Every module of the source folders ships (a subpackage left out of pyproject's list would
+    # import here, from the checkout, and fail only once installed).
+    for folder in FOLDERS:
+        for src in (ROOT / folder).rglob("*.py"):
+            rel = src.relative_to(ROOT)
+            if "__pycache__" in rel.parts or "package_root" in rel.parts:
+                continue
+            assert f"kernelsearch/{rel.as_posix()}" in names, f"{rel} is not in the wheel"
     # The measurement tools are docs/tools' own distribution (kernelsearch_tools), never the wheel's.
     for tool in TOOLS:
         assert not [n for n in names if n.endswith(f"/{tool}.py")], f"{tool} shipped in the wheel"

@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", choices=("domain", "base", "none"), default="domain")
     ap.add_argument("--max-configs", type=int, default=0, help="time only the first N candidates")
     ap.add_argument("--skip-large", action="store_true")
+    ap.add_argument("--cases", help="with --suite: only these suite case numbers, comma-separated")
     ap.add_argument("--smoke", action="store_true",
                     help="a tiny run under the Triton interpreter (checks this script, times nothing real)")
     args = ap.parse_args(argv)
@@ -276,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "large.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
     if args.suite:
         small = sorted(A.cases, key=lambda c: A.bytes_moved(c.axes))[:2] if args.smoke else None
+        if args.cases:
+            wanted = {int(n) for n in args.cases.split(",")}
+            small = [c for c in A.cases if c.number in wanted]
         s = suite(A, configs, args.n, args.check, bw, small)
         (args.out / "suite.json").write_text(json.dumps({**meta, **s}, indent=1, default=str))
     if args.records:

@@ -78,7 +78,7 @@ class RecordRepository(Protocol):
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]: ...
 
     def find_best(self, kernel: str, device: str, axes: dict[str, Any], work: float,
-                  distance: Callable[[dict[str, Any], float], float] | None = None,
+                  distance: Callable[[dict[str, Any], float], float],
                   ) -> tuple[RecordView, str] | None: ...
 
     def list_records(self, kernel: str | None = None, device: str | None = None,

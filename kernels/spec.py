@@ -94,6 +94,12 @@ def configs_rule(configs: Sequence[Any]) -> Callable[[Mapping[str, Any]], str | 
     return rule
 
 
+
+def work_distance(a: float, b: float) -> float:
+    """The log ratio of two cases' bytes moved: a record at twice the size is as near as one at
+    half. KernelDef.distance adds the categories; a caller without a KernelDef uses this alone."""
+    return abs(math.log(max(1.0, float(a))) - math.log(max(1.0, float(b))))
+
 @dataclass(frozen=True)
 class Param:
     """One tunable parameter: the finite set of values the kernel accepts."""
@@ -428,8 +434,7 @@ class KernelDef:
         at twice the size is as near as one at half."""
         if self.categories(a) != self.categories(b):
             return math.inf
-        wa, wb = max(1, int(self.bytes_moved(a))), max(1, int(self.bytes_moved(b)))
-        return abs(math.log(wa) - math.log(wb))
+        return work_distance(self.bytes_moved(a), self.bytes_moved(b))
 
     def categories(self, axes: Mapping[str, Any]) -> dict[str, str]:
         """The categorical axes of a case: a record is served only to cases that share them."""

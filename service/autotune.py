@@ -39,7 +39,7 @@ from triton.runtime.autotuner import Config
 from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule,
-                                       params_from_configs)
+                                       params_from_configs, work_distance)
 
 from .views import case_work_or_none
 
@@ -252,14 +252,20 @@ class Backends:
             self._snapshots[sk] = snap
         return snap
 
-    def lookup(self, key: CaseKey, work: int, opts: Options, fresh: bool = False) -> Found | None:
+    def lookup(self, key: CaseKey, work: int, opts: Options, fresh: bool = False,
+               kernel_def: KernelDef | None = None) -> Found | None:
         """Store exact, service exact, then the nearest either knows; None when neither has one.
-        `fresh`: ask the service itself, not this process's snapshot of its records."""
+        `fresh`: ask the service itself, not this process's snapshot of its records. "Nearest" is
+        the declared kernel's (`kernel_def.distance`), else the bytes' log ratio it is built on."""
         self._ensure()
         nearest: Found | None = None
         if self._store is not None and time.monotonic() >= self._store_down_until:
             try:
-                got = self._store.find_best(key.kernel, key.device, key.axes_dict, work)
+                kd = kernel_def
+                distance: Callable[[dict[str, Any], float], float] = (
+                    (lambda other, _w: kd.distance(key.axes_dict, other)) if kd is not None
+                    else (lambda _other, w: work_distance(w, work)))
+                got = self._store.find_best(key.kernel, key.device, key.axes_dict, work, distance)
             except Exception as exc:  # a database that is down must not fail the call
                 log.warning("local store lookup for %s failed (%s); not asked again for %g s",
                             key.kernel, exc, opts.retry_s)
@@ -505,7 +511,7 @@ class Autotuner(TritonAutotuner):
         BACKENDS.prepare()
 
         def task() -> Found | None:
-            found = BACKENDS.lookup(case, work, opts)
+            found = BACKENDS.lookup(case, work, opts, kernel_def=self.kernel_def)
             if opts.submit_jobs and (found is None or found.match != "exact"):
                 BACKENDS.submit_once(case, n_trials, opts)
             return found
@@ -570,7 +576,8 @@ class Autotuner(TritonAutotuner):
             return
         res.pending = True
         work = case_work_or_none(self.kernel_def, case.axes_dict) or 0
-        fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True))
+        fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True,
+                                                     kernel_def=self.kernel_def))
         fut.add_done_callback(lambda f: self._adopt(key, f, opts))
 
     def _fallback(self, key: tuple, opts: Options, case: CaseKey | None, args: tuple,

@@ -176,18 +176,14 @@ class RecordRepo(RepoBase):
 
     def find_best(
         self, kernel: str, device: str, axes: dict[str, Any], work: float,
-        distance: Callable[[dict[str, Any], float], float] | None = None,
+        distance: Callable[[dict[str, Any], float], float],
     ) -> tuple[RecordView, str] | None:
         """The current record for exactly these axes ("exact"), else the current record of the
         same kernel and device nearest to them ("nearest"). "Nearest" is the kernel's own
-        definition (`KernelDef.distance`, passed as `distance(axes, work)` of a candidate, where
-        an infinite distance means never: another dtype, say); without it, the log ratio of work."""
+        definition (`KernelDef.distance`), passed as `distance(axes, work)` of a candidate, where
+        an infinite distance means never (another dtype, say): the store has none of its own."""
         key = axes_key(axes)
         check_number(work, "work", finite=True)
-        if distance is None:
-            def distance(_axes: dict[str, Any], w: float) -> float:
-                return abs(math.log(max(w, 1.0)) - math.log(max(float(work), 1.0)))
-
         def q(s: Session) -> tuple[RecordView, str] | None:
             base = self._records_query().where(
                 Kernel.name == kernel, Device.name == device, Record.is_current.is_(True)

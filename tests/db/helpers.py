@@ -5,6 +5,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from kernelsearch.db.store import RecordIn
+from kernelsearch.kernels import get_kernel
 
 KERNEL = "vision_rope_generation_bwd"
 DEVICE = "NVIDIA H200"
@@ -45,3 +46,9 @@ def make_record(
         tuned_at=T0 + timedelta(minutes=minutes),
         **extra,
     )
+
+
+def nearest_to(axes: dict[str, Any], kernel: str = KERNEL):
+    """find_best's `distance` for a query: the kernel's own "nearest" (KernelDef.distance)."""
+    kdef = get_kernel(kernel)
+    return lambda other, _work: kdef.distance(axes, other)

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 import race_workers
-from helpers import DEVICE, KERNEL, make_record
+from helpers import DEVICE, KERNEL, make_record, nearest_to
 
 from kernelsearch.db.engine import upgrade
 from kernelsearch.db.store import Store
@@ -45,7 +45,8 @@ def test_concurrent_upserts_keep_the_best_record(store: Store) -> None:
     assert len(history) == len(lats), "every result is kept"
     current = [r for r in history if r.is_current]
     assert len(current) == 1 and current[0].latency_median_us == min(lats)
-    assert store.find_best(KERNEL, DEVICE, {"total_patches": 64}, 1.0)[0].id == current[0].id
+    axes = {"total_patches": 64}
+    assert store.find_best(KERNEL, DEVICE, axes, 1.0, nearest_to(axes))[0].id == current[0].id
     by_id = {r.id: r for r in history}
     improved_ids = {rid for rid, _, imp in results if imp}
     assert current[0].id in improved_ids

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Protocol, get_args, get_type_hints
 
 import pytest
-from helpers import DEVICE, KERNEL, make_record
+from helpers import DEVICE, KERNEL, make_record, nearest_to
 
 from kernelsearch.db import interfaces
 from kernelsearch.db.engine import redact_url_passwords, upgrade
@@ -200,14 +200,34 @@ def test_find_best_exact_and_nearest(store: Store) -> None:
     small, _ = store.upsert_best(make_record(3.0, axes={"total_patches": 64}, work=1000.0))
     large, _ = store.upsert_best(make_record(9.0, axes={"total_patches": 1024}, work=9000.0))
     store.upsert_best(make_record(1.0, axes={"total_patches": 64}, device="other GPU"))
-    hit = store.find_best(KERNEL, DEVICE, {"total_patches": 64}, work=1000.0)
+    def best(axes, work, kernel=KERNEL, device=DEVICE):
+        return store.find_best(kernel, device, axes, work, nearest_to(axes))
+
+    hit = best({"total_patches": 64}, work=1000.0)
     assert hit[1] == "exact" and hit[0].id == small.id
-    near = store.find_best(KERNEL, DEVICE, {"total_patches": 900}, work=8000.0)
+    near = best({"total_patches": 900}, work=8000.0)
     assert near[1] == "nearest" and near[0].id == large.id
-    near = store.find_best(KERNEL, DEVICE, {"total_patches": 100}, work=2000.0)
+    near = best({"total_patches": 100}, work=2000.0)
     assert near[0].id == small.id
-    assert store.find_best(KERNEL, "unknown GPU", {"total_patches": 64}, 1000.0) is None
-    assert store.find_best("other_kernel", DEVICE, {"total_patches": 64}, 1000.0) is None
+    assert best({"total_patches": 64}, 1000.0, device="unknown GPU") is None
+    assert best({"total_patches": 64}, 1000.0, kernel="other_kernel") is None
+
+
+def test_nearest_is_the_kernels_log_ratio_over_many_records(store: Store) -> None:
+    # Four sizes on the device: a query between two of them goes to the nearer by the ratio of
+    # bytes (the kernel's definition), which differs from the nearer by difference here.
+    ids = {}
+    for p in (64, 256, 1024, 4096):
+        ids[p] = store.upsert_best(make_record(3.0, axes={"total_patches": p}))[0].id
+    for query, want in ((150, 256), (600, 1024), (1900, 1024), (3000, 4096), (40, 64), (9000, 4096)):
+        axes = {"total_patches": query}
+        got = store.find_best(KERNEL, DEVICE, axes, float(query), nearest_to(axes))
+        assert got is not None and got[1] == "nearest" and got[0].id == ids[want], (query, want)
+    # 600 patches is nearer 256 by difference (344 against 424), nearer 1024 by ratio.
+    assert abs(600 - 256) < abs(1024 - 600)
+    # A distance that says "never" (another category) leaves nothing to serve.
+    assert store.find_best(KERNEL, DEVICE, {"total_patches": 600}, 600.0,
+                           lambda _ax, _w: float("inf")) is None
 
 
 def test_list_records_filters(store: Store) -> None:
@@ -392,7 +412,8 @@ def test_each_repository_stands_alone(db_url: str) -> None:
         assert isinstance(records, interfaces.RecordRepository)
         assert not isinstance(records, interfaces.JobQueue)
         view, improved = records.upsert_best(make_record(10.0))
-        assert improved and records.find_best(KERNEL, DEVICE, view.axes, view.work)[0].id == view.id
+        assert improved and records.find_best(KERNEL, DEVICE, view.axes, view.work,
+                                              nearest_to(view.axes))[0].id == view.id
         assert records.has_records() and records.records_version() == 1
     with JobRepo(db_url) as jobs:
         assert isinstance(jobs, interfaces.JobQueue) and isinstance(jobs, interfaces.StudyClaims)

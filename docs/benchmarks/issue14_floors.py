@@ -202,8 +202,7 @@ def _nearest(kdef: Any, recs: list[dict[str, Any]], axes: dict[str, int]) -> dic
     mine = [r for r in recs if r["kernel"] == kdef.name]
     if not mine:
         return None
-    work = kdef.bytes_moved(axes)
-    return min(mine, key=lambda r: abs(kdef.bytes_moved(r["axes"]) - work))["config"]
+    return min(mine, key=lambda r: kdef.distance(axes, r["axes"]))["config"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ async def healthz(settings: SettingsDep, store: StoreDep, lookups: LookupStoreDe
             "versions": kernel_versions()}
 
 
-def store_backend(store: Any) -> str:
+def store_backend(store: object) -> str:
     """The SQL dialect behind `store` ("sqlite", "postgresql"), or "unknown"."""
     engine = getattr(store, "engine", None)
     return engine.dialect.name if engine is not None else "unknown"

@@ -1,0 +1,22 @@
+"""Fenced leases (filled by the leases work).
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-12-02 04:15:00
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+revision: str = '0004'
+down_revision: str | None = '0003'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass

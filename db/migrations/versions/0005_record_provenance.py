@@ -1,0 +1,22 @@
+"""Record provenance and withdrawal (filled by the acceptance-gate work).
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-02 04:15:00
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+revision: str = '0005'
+down_revision: str | None = '0004'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass

@@ -119,6 +119,15 @@ class RecordTransfer(Protocol):
 
 
 @runtime_checkable
+class KernelDefinitions(Protocol):
+    """Undeclared kernels' definitions, as the decorator sent them."""
+
+    def save_definition(self, name: str, definition: dict[str, Any]) -> bool: ...
+
+    def kernel_definitions(self) -> dict[str, dict[str, Any]]: ...
+
+
+@runtime_checkable
 class TuningStore(RecordRepository, TrialLog, DeviceRegistry, StudyClaims, Protocol):
     """What the tuner writes to: records, trials, devices, and the claim on its study."""
 
@@ -129,5 +138,5 @@ class WorkerStore(TuningStore, JobQueue, Health, Protocol):
 
 
 @runtime_checkable
-class ServiceStore(WorkerStore, RecordTransfer, Protocol):
+class ServiceStore(WorkerStore, RecordTransfer, KernelDefinitions, Protocol):
     """Everything the API serves: all of the above."""

@@ -40,7 +40,8 @@ NAMING_CONVENTION = {
 }
 
 TABLE_PREFIX = "ks_"
-TIMING_METHODS = ("cupti", "interpreter-wallclock")
+# triton-do-bench: a user process tuned the record with triton.testing.do_bench, as triton.autotune does.
+TIMING_METHODS = ("cupti", "interpreter-wallclock", "triton-do-bench")
 
 
 def utcnow() -> datetime:
@@ -97,6 +98,9 @@ class Kernel(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
+    # An undeclared kernel's definition (kernels.undeclared.Definition as JSON): what the service
+    # lists, gates and serves it by without importing the user's module. None: a declared kernel.
+    definition: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -192,6 +196,9 @@ class Record(Base):
     rel_error: Mapped[float] = mapped_column(Float)
     n_trials: Mapped[int] = mapped_column(Integer)
     n_failed: Mapped[int] = mapped_column(Integer)
+    # Every config measured with this record ({config_key: median us}), so a decorator whose
+    # config list grew measures only the new ones.
+    config_timings: Mapped[dict[str, Any] | None]
     study_name: Mapped[str | None] = mapped_column(String(300))
     job_id: Mapped[int | None] = mapped_column(Integer)
     tuned_at: Mapped[datetime]

@@ -299,8 +299,7 @@ class KernelDef:
             # Computed once: it parses the kernels' sources, and lookups ask for it.
             cached = self.__dict__.get("_source_hash")
             if cached is None:
-                keys = [_jit_cache_key(fn) for fn in self.triton_kernels]
-                cached = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+                cached = source_hash_of(self.triton_kernels)
                 self.__dict__["_source_hash"] = cached
             return cached
         mod = sys.modules[self.launch.__module__]
@@ -471,6 +470,12 @@ class KernelDef:
             "rtol": self.rtol,
             "n_cases": len(self.cases),
         }
+
+
+def source_hash_of(triton_kernels: Sequence[Any]) -> str:
+    """A record's source identity: Triton's JIT cache keys of the launched kernels, hashed."""
+    keys = [_jit_cache_key(fn) for fn in triton_kernels]
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
 
 
 def _jit_cache_key(fn: Any) -> str:

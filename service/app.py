@@ -26,10 +26,11 @@ from kernelsearch.db.engine import check_schema
 from kernelsearch.db.interfaces import ServiceStore
 
 from . import errors
+from .definitions import load_definitions
 from .errors import redact
 from .lookups import BestCache, lookup_store
 from .metrics import Metrics
-from .routers import best, dashboard, health, jobs, kernels, metrics, records
+from .routers import best, dashboard, definitions, health, jobs, kernels, metrics, records
 from .settings import Settings, get_settings
 from .strict_input import BodyLimit, StrictJSON, query_text
 
@@ -85,7 +86,8 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     app.add_middleware(StrictJSON)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    for router in (health.router, kernels.router, best.make_router(), records.router,
+    for router in (health.router, kernels.router, definitions.router, best.make_router(),
+                   records.router,
                    jobs.router, metrics.router, dashboard.router):
         app.include_router(router)
     return app
@@ -100,6 +102,7 @@ def _lifespan(own_store: bool, start_worker: bool, worker_process: bool) -> Any:
         state = app.state
         try:
             await run_in_threadpool(_check_schema, state.store)
+            await run_in_threadpool(load_definitions, state.store)
         except dberr.StoreUnavailable as exc:
             # Serve anyway: every route answers 503 until the database is back.
             log.warning("starting without the database: %s", redact(str(exc)))

@@ -20,6 +20,7 @@ user's input makers, launcher and reference.
 """
 from __future__ import annotations
 
+import atexit
 import builtins
 import enum
 import logging
@@ -38,8 +39,10 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.autotuner import Config
 from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
-from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule,
-                                       params_from_configs, work_distance)
+from kernelsearch.kernels.spec import (Axis, Case, KernelDef, config_key, configs_rule,
+                                       params_from_configs, source_hash_of, work_distance)
+from kernelsearch.kernels.undeclared import (Definition, UndeclaredKernel, kernel_def, work_of,
+                                             written_mismatches)
 
 from .views import case_work_or_none
 
@@ -55,10 +58,13 @@ MAX_AXIS = 2**31 - 1
 
 
 class Fallback(str, enum.Enum):
-    """What a key with no record anywhere runs: the first config, or Triton's own benchmark."""
+    """What a key with no served record runs: Triton's own benchmark here, then shared (the
+    default: never worse than triton.autotune), or at once the first config or the nearest
+    served one while the workers tune (opt-in)."""
 
-    FIRST = "first"
     TUNE = "tune"
+    FIRST = "first"
+    NEAREST = "nearest"
 
 
 class Source(str, enum.Enum):
@@ -69,6 +75,7 @@ class Source(str, enum.Enum):
     NEAREST = "nearest"
     FIRST = "first"
     TUNED_HERE = "tuned_here"
+    CACHED = "cached"  # Triton's own disk cache of timings (cache_results)
     RANK0 = "rank0"
 
 
@@ -84,7 +91,7 @@ class Options:
     """The KS_AUTOTUNE_* settings (service/settings.py), read once per resolved key (cheap next to
     a kernel launch); a bad value is warned about and replaced by its default, never raised."""
 
-    fallback: Fallback = Fallback.FIRST
+    fallback: Fallback = Fallback.TUNE
     timeout_s: float = 0.25
     retry_s: float = 30.0
     recheck_s: float = 10.0
@@ -162,6 +169,9 @@ class Found:
     config: dict[str, Any]
     match: str  # "exact" or "nearest"
     source: Source
+    source_hash: str | None = None
+    # {config_key: median us} of every config measured with the record, where it kept them.
+    timings: Mapping[str, float] | None = None
 
 
 class Backends:
@@ -181,6 +191,8 @@ class Backends:
         # Until then, a new key does not wait for its lookup at all (the last one ran out of time).
         self.slow_until = 0.0
         self._submitted: set[CaseKey] = set()
+        self._uploading = 0
+        self._idle = threading.Condition(self._lock)
         self._snapshots: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
 
     def _ensure(self) -> None:
@@ -246,7 +258,7 @@ class Backends:
         if got is not None:
             return got
         records = self._client.records(kernel=key.kernel, device=key.device)
-        snap = {tuple(sorted(r["case"].items())): dict(r["config"]) for r in records
+        snap = {tuple(sorted(r["case"].items())): r for r in records
                 if isinstance(r.get("case"), dict) and isinstance(r.get("config"), dict)}
         with self._lock:
             self._snapshots[sk] = snap
@@ -274,7 +286,8 @@ class Backends:
                 got = None
             if got is not None:
                 record, match = got
-                found = Found(dict(record.config), match, Source.STORE)
+                found = Found(dict(record.config), match, Source.STORE, record.source_hash,
+                              record.config_timings)
                 if match == "exact":
                     return found
                 nearest = Found(found.config, "nearest", Source.NEAREST)
@@ -283,9 +296,9 @@ class Backends:
 
             try:
                 if not fresh:
-                    cfg = self._snapshot(key).get(key.axes)
-                    if cfg is not None:
-                        return Found(cfg, "exact", Source.SERVICE)
+                    rec = self._snapshot(key).get(key.axes)
+                    if rec is not None:
+                        return _found(rec, "exact", Source.SERVICE)
                 got = self._client.best(key.kernel, key.device, **key.axes_dict)
             except ClientError as exc:
                 if not 0 < exc.status < 500:
@@ -297,7 +310,7 @@ class Backends:
             if got is not None:
                 match = got.get("match", "exact")
                 if match == "exact":
-                    return Found(dict(got["config"]), "exact", Source.SERVICE)
+                    return _found(got, "exact", Source.SERVICE)
                 nearest = nearest or Found(dict(got["config"]), "nearest", Source.NEAREST)
         return nearest
 
@@ -330,12 +343,15 @@ class Backends:
         with self._lock:
             self._submitted.discard(key)  # nobody took it: try again on a later lookup
 
-    def upload(self, record: Any) -> bool:
+    def upload(self, record: Any, definition: Mapping[str, Any] | None = None) -> bool:
         """Store a record tuned in this process: through the service, else in the local store;
-        False when neither took it."""
+        False when neither took it. An undeclared kernel's `definition` is registered first, so
+        the service can gate and serve the record."""
         self._ensure()
         if self._service_up():
             try:
+                if definition is not None:
+                    self._client.register_kernel(definition)
                 self._client.upload_record(_record_json(record))
                 return True
             except Exception as exc:
@@ -343,6 +359,8 @@ class Backends:
                             record.kernel, exc)
         if self._store is not None:
             try:
+                if definition is not None:
+                    self._store.save_definition(record.kernel, dict(definition))  # type: ignore[attr-defined]
                 self._store.ensure_device(record.device_info or {"name": record.device})
                 self._store.upsert_best(record)
                 return True
@@ -351,7 +369,44 @@ class Backends:
         return False
 
 
+    def upload_in_background(self, record: Any, definition: Mapping[str, Any] | None) -> None:
+        """`upload` off the caller's thread; the process waits for it at exit (`drain`)."""
+        with self._lock:
+            self._uploading += 1
+
+        def body() -> None:
+            try:
+                self.upload(record, definition)
+            finally:
+                with self._lock:
+                    self._uploading -= 1
+                    self._idle.notify_all()
+
+        _in_background(body)
+
+    def idle(self) -> bool:
+        """No upload under way."""
+        with self._lock:
+            return self._uploading == 0
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for uploads under way (at exit: a short script that tuned a
+        kernel still shares it)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._uploading and time.monotonic() < deadline:
+                self._idle.wait(max(0.0, deadline - time.monotonic()))
+
+
 BACKENDS = Backends()
+atexit.register(BACKENDS.drain, 10.0)
+
+
+def _found(rec: Mapping[str, Any], match: str, source: Source) -> Found:
+    """A service's record (an answer of /v1/best or /v1/records) as a Found."""
+    timings = rec.get("config_timings")
+    return Found(dict(rec["config"]), match, source, rec.get("source_hash"),
+                 dict(timings) if isinstance(timings, dict) else None)
 
 
 def _record_json(record: Any) -> dict[str, Any]:
@@ -385,6 +440,7 @@ class Resolution:
     provisional: bool
     next_check: float = 0.0
     pending: bool = False
+    found: Found | None = None
 
 
 _forced = threading.local()
@@ -414,6 +470,28 @@ class Autotuner(TritonAutotuner):
         self._resolved: dict[tuple, Resolution] = {}
         self._lock = threading.RLock()
         self._meta_names = frozenset(k for c in self.configs for k in c.kwargs)
+        # An undeclared kernel's definition, made at its first call (its dtypes come from it).
+        self.undeclared: UndeclaredKernel | None = None
+        self._told: set[str] = set()
+        if not self.user_defined_pre_hook and (self.reset_to_zero or self.restore_value):
+            self.pre_hook = self._reset_and_save
+        if not self.user_defined_post_hook and self.restore_value:
+            self.post_hook = self._restore
+
+    # Triton's reset_to_zero / restore_value hooks, skipping an argument passed as None (an
+    # optional output), which Triton 3.6's own hooks fail on.
+    def _reset_and_save(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
+        for name in self.reset_to_zero:
+            if kwargs.get(name) is not None:
+                kwargs[name].zero_()
+        if not reset_only:
+            self.restore_copies = {n: kwargs[n].clone() for n in self.restore_value
+                                   if kwargs.get(n) is not None}
+
+    def _restore(self, kwargs: dict[str, Any], exception: BaseException | None) -> None:
+        for name, saved in self.restore_copies.items():
+            kwargs[name].copy_(saved)
+        self.restore_copies = {}
 
     # Under the interpreter there is no GPU benchmarker: time by the wall clock, as
     # kernels.measure does there, so KS_AUTOTUNE_FALLBACK=tune works on the CPU as well.
@@ -497,22 +575,72 @@ class Autotuner(TritonAutotuner):
         res = None
         if case is not None:
             res = self._lookup(key, case, opts, kwargs)
+            if res is not None and res.provisional and opts.fallback is not Fallback.NEAREST:
+                res = None  # a nearest record is served only when the user asked for it
+            if res is not None and self.kernel_def is None:
+                res = self._check_served(key, case, res, args, kwargs)
         if res is None:
+            self._tell("miss", logging.INFO, "%s: no served config for key %s: %s",
+                       self._name(), key, _POLICY_WHY[opts.fallback])
             res = self._fallback(key, opts, case, args, kwargs)
         if dist is not None:
             return self._from_rank0(dist, res)
         return res
 
+    def _name(self) -> str:
+        kdef = self.kernel_def or self.undeclared
+        return kdef.name if kdef is not None else self.base_fn.__name__
+
+    def _check_served(self, key: tuple, case: CaseKey, res: Resolution, args: tuple,
+                      kwargs: dict) -> Resolution | None:
+        """An undeclared kernel's served record, held to this decorator: tuned on this code, and
+        over this config list. Configs the record never measured are measured here (only those),
+        and the faster of them and the record's wins; None when nothing of it can be used."""
+        found, und = res.found, self.undeclared
+        if found is None or und is None or res.provisional:
+            return res
+        if found.source_hash is not None and found.source_hash != und.definition.source_hash:
+            self._tell("source", logging.INFO, "%s: the served record was tuned on other code "
+                       "(source %s, this %s); tuning here", und.name, found.source_hash,
+                       und.definition.source_hash)
+            return None
+        pruned = self.prune_configs(kwargs)
+        by_key = {config_key(config_dict(c)): c for c in pruned}
+        stored = {k: float(v) for k, v in (found.timings or {}).items() if k in by_key}
+        winner = config_key(found.config)
+        if winner in by_key and len(stored) == len(by_key):
+            return res
+        if not stored:
+            return None  # a record of another config list: not this one's
+        missing = [c for k, c in by_key.items() if k not in stored]
+        t0 = time.time()
+        measured = {c: self._bench(*args, config=c, **kwargs) for c in missing}
+        self.bench_time = time.time() - t0
+        timings: dict[Config, list[float]] = {by_key[k]: [v / 1e3] * 3 for k, v in stored.items()}
+        timings.update({c: _quantiles(t) for c, t in measured.items()})
+        best = builtins.min(timings, key=lambda c: timings[c][0])
+        self.configs_timings = timings
+        self.pre_hook({**self.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
+        log.info("%s: measured %d config(s) the served record had not, for key %s", und.name,
+                 len(missing), key)
+        self._share_undeclared(case, best, timings, args, kwargs)
+        source = res.source if config_key(config_dict(best)) == winner else Source.TUNED_HERE
+        return Resolution(best, source, provisional=False)
+
     def _lookup(self, key: tuple, case: CaseKey, opts: Options, kwargs: dict) -> Resolution | None:
         n_trials = len(self.prune_configs(kwargs))
-        work = case_work_or_none(self.kernel_def, case.axes_dict) or 0
+        work = (case_work_or_none(self.kernel_def, case.axes_dict) if self.kernel_def is not None
+                else work_of(case.axes_dict)) or 0
+        kdef = self.kernel_def or self.undeclared
+        # Workers tune an undeclared kernel from a call's capture, which this process does not send.
+        submit = opts.submit_jobs and self.kernel_def is not None
         # Imports and clients are local work, bounded whatever the service does: done here, so
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
 
         def task() -> Found | None:
-            found = BACKENDS.lookup(case, work, opts, kernel_def=self.kernel_def)
-            if opts.submit_jobs and (found is None or found.match != "exact"):
+            found = BACKENDS.lookup(case, work, opts, kernel_def=kdef)
+            if submit and (found is None or found.match != "exact"):
                 BACKENDS.submit_once(case, n_trials, opts)
             return found
 
@@ -545,7 +673,7 @@ class Autotuner(TritonAutotuner):
             return None
         provisional = found.match != "exact"
         return Resolution(config, found.source, provisional,
-                          next_check=time.monotonic() + opts.recheck_s)
+                          next_check=time.monotonic() + opts.recheck_s, found=found)
 
     def _adopt(self, key: tuple, fut: Future, opts: Options) -> None:
         """A late lookup's answer replaces a provisional one (never a tuned or exact one)."""
@@ -575,25 +703,33 @@ class Autotuner(TritonAutotuner):
             res.provisional = False  # pinned: nothing to look up, or ranks must not drift apart
             return
         res.pending = True
-        work = case_work_or_none(self.kernel_def, case.axes_dict) or 0
+        kdef = self.kernel_def or self.undeclared
+        work = (case_work_or_none(self.kernel_def, case.axes_dict) if self.kernel_def is not None
+                else work_of(case.axes_dict)) or 0
         fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True,
-                                                     kernel_def=self.kernel_def))
+                                                     kernel_def=kdef))
         fut.add_done_callback(lambda f: self._adopt(key, f, opts))
 
     def _fallback(self, key: tuple, opts: Options, case: CaseKey | None, args: tuple,
                   kwargs: dict) -> Resolution:
         pruned = self.prune_configs(kwargs)
         if opts.fallback is Fallback.TUNE and len(pruned) > 1:
-            config = self._tune_here(key, pruned, args, kwargs)
+            config, cached = self._tune_here(key, pruned, args, kwargs)
             if case is not None and self.kernel_def is not None:
                 self._share(case, config, len(pruned), args)
-            return Resolution(config, Source.TUNED_HERE, provisional=False)
+            elif case is not None and not cached:
+                self._share_undeclared(case, config, self.configs_timings, args, kwargs)
+            return Resolution(config, Source.CACHED if cached else Source.TUNED_HERE,
+                              provisional=False)
         return Resolution(pruned[0], Source.FIRST, provisional=case is not None,
                           next_check=time.monotonic() + opts.recheck_s)
 
-    def _tune_here(self, key: tuple, pruned: list[Config], args: tuple, kwargs: dict) -> Config:
+    def _tune_here(self, key: tuple, pruned: list[Config], args: tuple,
+                   kwargs: dict) -> tuple[Config, bool]:
         """Triton's own benchmark of every pruned config (its `_bench`, hooks included, and its
-        disk cache of timings with cache_results)."""
+        disk cache of timings with cache_results). Returns the winner and whether it came from
+        that disk cache."""
+        from triton import knobs
 
         def benchmark() -> None:
             t0 = time.time()
@@ -604,11 +740,43 @@ class Autotuner(TritonAutotuner):
                           reset_only=True)
             self.configs_timings = timings
 
+        cached = False
         if self.cache_results:
-            self.check_disk_cache(key, pruned, benchmark)
+            cached = bool(self.check_disk_cache(key, pruned, benchmark))
         else:
             benchmark()
-        return self.cache[key]
+        if knobs.autotuning.print and not cached:
+            print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
+                  f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
+        return self.cache[key], cached
+
+    def _share_undeclared(self, case: CaseKey, config: Config, timings: Mapping[Config, Any],
+                          args: tuple, kwargs: dict) -> None:
+        """Share what this process tuned for an undeclared kernel, once the winner writes what
+        the first config writes on this call's inputs (every tensor either changes, at its
+        dtype's tolerance); the upload runs in the background."""
+        und = self.undeclared
+        if und is None:
+            return
+        first = self.prune_configs(kwargs)[0]
+        err = 0.0
+        if config_key(config_dict(config)) != config_key(config_dict(first)):
+            try:
+                before, ref, got = (_clone_call(args, kwargs) for _ in range(3))
+                self._run_forced(first, ref[0], ref[1])
+                self._run_forced(config, got[0], got[1])
+            except Exception as exc:
+                log.warning("%s: the config tuned here could not be checked (%s); not shared",
+                            und.name, exc)
+                return
+            err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got))
+            if bad:
+                log.warning("%s: the config tuned here (%s) does not write what the first config "
+                            "writes (%s); used here, not shared", und.name, config, "; ".join(bad))
+                return
+        record = _undeclared_record(und, case, config, timings, err, args)
+        defn = und.definition.as_json()
+        BACKENDS.upload_in_background(record, defn)
 
     def _share(self, case: CaseKey, config: Config, n_trials: int, args: tuple) -> None:
         """Store the config tuned here for everyone, once it passes the same gate and is timed
@@ -684,9 +852,57 @@ class Autotuner(TritonAutotuner):
         """The (kernel, axes, device) a call is looked up under; None when it is not declared,
         or the call's dtypes are not the declaration's."""
         kdef = self.kernel_def
-        if kdef is None:
+        if kdef is not None:
+            return kdef.case_key_of(named)
+        und = self._undeclared_of(named)
+        axes = und.definition.case_axes(named) if und is not None else None
+        if und is None or axes is None:
             return None
-        return kdef.case_key_of(named)
+        from kernelsearch.kernels.device import device_name
+
+        device = next((t.device for t in named.values() if hasattr(t, "device")), None)
+        return CaseKey(und.name, tuple(sorted(axes.items())), device_name(device))
+
+    def _undeclared_of(self, named: Mapping[str, Any]) -> UndeclaredKernel | None:
+        """This kernel's definition when it has no declaration, made once from its first call:
+        identity (module, qualified name, Triton's JIT cache key), key and dtype arguments."""
+        if self.undeclared is not None:
+            return self.undeclared
+        base = self.base_fn
+        jit = _jit_of(self)
+        try:
+            source_hash = source_hash_of([jit])
+        except Exception as exc:  # a kernel whose source cannot be read: tuned here only
+            self._tell("identity", logging.INFO, "%s: no source identity (%s); tuned here as "
+                       "triton.autotune would, not shared", base.__name__, exc)
+            return None
+        module, qualname = base.__module__, base.__qualname__
+        if module == "__main__":  # a script: named by its file, as `python -m` would import it
+            module = os.path.splitext(os.path.basename(base.__code__.co_filename))[0]
+        defn = Definition(
+            name=self.kernel_name or f"{module}.{qualname}", module=module, qualname=qualname,
+            arg_names=tuple(self.arg_names), key=tuple(k for k in self.keys if k in named),
+            dtype_args=tuple(n for n, v in named.items() if hasattr(v, "dtype")),
+            configs=tuple(config_dict(c) for c in self.configs), source_hash=source_hash,
+            description=(base.__doc__ or "").strip().split("\n")[0][:200])
+        und = kernel_def(defn)
+        from kernelsearch.kernels import registry
+
+        try:
+            current = registry.get_kernel(und.name)
+        except KeyError:
+            current = None
+        if current is None or isinstance(current, UndeclaredKernel):
+            registry.register(und, replace=True)
+        self.undeclared = und
+        return und
+
+    def _tell(self, what: str, level: int, msg: str, *args: Any) -> None:
+        """Log a message once per kernel (the first miss, a record of other code, ...)."""
+        if what in self._told:
+            return
+        self._told.add(what)
+        log.log(level, msg, *args)
 
     def resolved(self, key: tuple) -> tuple[Config, Source] | None:
         """The config a key runs now and where it came from (one consistent view; a late lookup
@@ -745,6 +961,60 @@ def _load_declarations() -> None:
         load_plugins()
     except Exception as exc:  # a broken plugin must not fail the call
         log.warning("loading kernel plugins failed: %s", exc)
+
+
+_POLICY_WHY = {
+    Fallback.TUNE: "tuning here as triton.autotune would, then sharing the result "
+                   "(KS_AUTOTUNE_FALLBACK=tune, the default)",
+    Fallback.FIRST: "running the first config now (KS_AUTOTUNE_FALLBACK=first)",
+    Fallback.NEAREST: "running the nearest served config, else the first, now "
+                      "(KS_AUTOTUNE_FALLBACK=nearest)",
+}
+
+
+def _quantiles(t: Any) -> list[float]:
+    """A do_bench answer as [median, p20, p80] in ms (a user's do_bench may give one number)."""
+    if isinstance(t, (int, float)):
+        return [float(t)] * 3
+    vals = [float(x) for x in t]
+    return (vals + [vals[0]] * 3)[:3]
+
+
+def _clone_call(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A call's arguments with every tensor cloned (the correctness check writes into these)."""
+    def c(v: Any) -> Any:
+        return v.clone() if hasattr(v, "clone") and hasattr(v, "dtype") else v
+
+    return tuple(c(a) for a in args), {k: c(v) for k, v in kwargs.items()}
+
+
+def _tensors(call: tuple[tuple, dict]) -> list[Any]:
+    args, kwargs = call
+    return [*args, *(kwargs[k] for k in sorted(kwargs))]
+
+
+def _undeclared_record(und: UndeclaredKernel, case: CaseKey, config: Config,
+                       timings: Mapping[Config, Any], rel_error: float, args: tuple) -> Any:
+    """The record of a config tuned here: the winner's timing and every config's median."""
+    from kernelsearch.db.views import RecordIn
+    from kernelsearch.kernels.device import device_info, versions
+
+    q = {c: _quantiles(t) for c, t in timings.items()}
+    med, p20, p80 = q[config]
+    device = next((a.device for a in args if hasattr(a, "device")), None)
+    v = versions()
+    interp = os.environ.get("TRITON_INTERPRET") == "1"
+    return RecordIn(
+        kernel=und.name, axes=case.axes_dict, work=float(work_of(case.axes_dict)),
+        device=case.device, device_info=device_info(device), torch_version=v["torch"],
+        triton_version=v["triton"], source_hash=und.definition.source_hash,
+        config=config_dict(config), latency_median_us=med * 1e3,
+        latency_min_us=builtins.min(med, p20) * 1e3, latency_max_us=builtins.max(med, p80) * 1e3,
+        latency_iqr_us=abs(p80 - p20) * 1e3,
+        timing_method="interpreter-wallclock" if interp else "triton-do-bench",
+        rel_error=rel_error, n_trials=len(q),
+        config_timings={config_key(config_dict(c)): t[0] * 1e3 for c, t in q.items()
+                        if t[0] == t[0] and t[0] != float("inf")})
 
 
 def _wallclock_bench(kernel_call: Callable[[], Any], quantiles: Sequence[float] = (0.5, 0.2, 0.8),

@@ -145,6 +145,10 @@ class Client:
         """Store a record tuned outside the workers (the fields of an exported record)."""
         return self._request("POST", "/v1/records", json=dict(record))
 
+    def register_kernel(self, definition: Mapping[str, Any]) -> dict[str, Any]:
+        """Register an undeclared kernel's definition (kernels.undeclared.Definition as JSON)."""
+        return self._request("POST", "/v1/kernels", json=dict(definition))
+
     # -- jobs ---------------------------------------------------------------------------------
     def submit_job(self, kernel: str, cases: Sequence[Mapping[str, int]] | Literal["all"],
                    n_trials: int, sampler: str | None = None,

@@ -50,8 +50,10 @@ class Settings(BaseSettings):
         "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
         "wait behind tuning), or a thread of the API process")
 
-    autotune_fallback: Literal["first", "tune"] = Field(
-        "first", description="@kernelsearch.autotune with no record: the first config, or tune here")
+    autotune_fallback: Literal["tune", "first", "nearest"] = Field(
+        "tune", description="@kernelsearch.autotune with no record: tune here as triton.autotune "
+        "would and share the result (tune), or run the first config (first) or the nearest "
+        "served one (nearest) at once while the workers tune")
     autotune_timeout_s: float = Field(0.25, ge=0, description="a new key's lookup waits this long at most")
     autotune_retry_s: float = Field(30.0, ge=0, description="a failed service is not asked again for this long")
     autotune_recheck_s: float = Field(10.0, ge=0, description="a key without a record is looked up again this often (0: never)")

@@ -3,8 +3,9 @@
 from ._base import RepoBase
 from .devices import DeviceRepo
 from .jobs import JobRepo
+from .kernels import KernelRepo
 from .records import RecordRepo
 from .transfer import TransferRepo
 from .trials import TrialRepo
 
-__all__ = ["RepoBase", "DeviceRepo", "JobRepo", "RecordRepo", "TrialRepo", "TransferRepo"]
+__all__ = ["RepoBase", "DeviceRepo", "JobRepo", "KernelRepo", "RecordRepo", "TrialRepo", "TransferRepo"]

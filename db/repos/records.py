@@ -34,6 +34,8 @@ def _fingerprint(r: RecordIn) -> str:
         "rel_error": r.rel_error,
         "tuned_at": r.tuned_at.astimezone(timezone.utc).isoformat(timespec="microseconds"),
     }
+    if r.config_timings:  # absent before per-config timings: older fingerprints stay as they were
+        body["timings"] = r.config_timings
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -69,11 +71,14 @@ class RecordRepo(RepoBase):
         kernel_id, case_id, device_id = self._key_ids(s, rec.kernel, rec.axes, rec.work,
                                                       rec.device, rec.device_info)
         current = s.execute(
-            select(Record.id, Record.latency_median_us).where(
+            select(Record.id, Record.latency_median_us, Record.config, Record.config_timings).where(
                 Record.case_id == case_id, Record.device_id == device_id, Record.is_current.is_(True)
             )
         ).first()
-        better = current is None or rec.latency_median_us < current.latency_median_us
+        better = current is None or rec.latency_median_us < current.latency_median_us or (
+            # the same winner, measured against more configs (a decorator's list grew)
+            rec.latency_median_us == current.latency_median_us and rec.config == current.config
+            and set(rec.config_timings or {}) > set(current.config_timings or {}))
         now = utcnow()
         if better and current is not None:
             s.execute(

@@ -16,6 +16,7 @@ def child_env(**extra: str) -> dict[str, str]:
     over from the test process except what the test gives."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KS_")}
     env["TRITON_INTERPRET"] = "1"
+    env["KS_AUTOTUNE_FALLBACK"] = "first"  # the opt-in policy these tests are about
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env

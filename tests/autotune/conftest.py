@@ -34,6 +34,14 @@ def example_installed() -> str:
     return KERNEL
 
 
+@pytest.fixture(autouse=True)
+def _first_policy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the opt-in policy (KS_AUTOTUNE_FALLBACK=first: run the first config,
+    let the workers tune); tests of the default (tune here) are marked `tune_default`."""
+    if request.node.get_closest_marker("tune_default") is None:
+        monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
+
+
 @pytest.fixture
 def at_store(store) -> Iterator[object]:
     """A migrated store of each kind (PostgreSQL when KS_TEST_POSTGRES_URL is set), with this

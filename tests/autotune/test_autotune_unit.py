@@ -20,8 +20,9 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for k in ("KS_SERVICE_URL", "KS_AUTOTUNE_FALLBACK", "KS_AUTOTUNE_SYNC"):
+    for k in ("KS_SERVICE_URL", "KS_AUTOTUNE_SYNC"):
         monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")  # the opt-in policy these tests are about
     monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
     at.BACKENDS.reset()
     accumulate_kernel.forget()
@@ -105,6 +106,7 @@ def test_nearest_record_before_the_fallback(at_store, monkeypatch) -> None:
     from svc_like import put_record
 
     monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "nearest")
     second = KERNEL.space_configs[1]
     put_record(at_store, KERNEL, {"n": 4096}, second)
     accumulate(torch.randn(100))
@@ -155,7 +157,7 @@ def test_options_reject_bad_values_with_a_warning(monkeypatch, caplog) -> None:
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "sometimes")
     monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "soon")
     opts = at.Options.from_env()
-    assert opts.fallback is at.Fallback.FIRST and opts.timeout_s == 0.25
+    assert opts.fallback is at.Fallback.TUNE and opts.timeout_s == 0.25
     assert "KS_AUTOTUNE_FALLBACK" in caplog.text and "KS_AUTOTUNE_TIMEOUT_S" in caplog.text
 
 

@@ -1,4 +1,5 @@
-"""Undeclared kernels and per-config timings (filled by the decorator work).
+"""Undeclared kernels and per-config timings: a kernel's definition (what the decorator tells of
+a kernel with no declaration) and the median of every config measured with a record.
 
 Revision ID: 0006
 Revises: 0005
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from alembic import op
+
 revision: str = '0006'
 down_revision: str | None = '0005'
 branch_labels: str | Sequence[str] | None = None
@@ -15,8 +19,14 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table('ks_kernels') as batch:
+        batch.add_column(sa.Column('definition', sa.JSON(), nullable=True))
+    with op.batch_alter_table('ks_records') as batch:
+        batch.add_column(sa.Column('config_timings', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('ks_records') as batch:
+        batch.drop_column('config_timings')
+    with op.batch_alter_table('ks_kernels') as batch:
+        batch.drop_column('definition')

@@ -1,0 +1,222 @@
+"""Kernels with no declaration: a plain `@triton.autotune` kernel under `@kernelsearch.autotune`.
+
+Such a kernel is known by what the decorator alone tells: its identity (module and qualified
+name, plus Triton's JIT cache key over it and the jit functions it calls), its key (Triton's own:
+the `key` arguments' values, then every tensor argument's dtype) and its configs. `Definition`
+holds exactly that, as JSON, so the service can list, gate and serve the kernel without importing
+the user's module; `kernel_def` turns it into the `KernelDef` the layers above speak.
+
+Correctness of an undeclared kernel has no float64 reference: a config is right when every
+tensor it writes matches what the first config writes on the same call, within a tolerance set
+by the tensor's dtype (`written_mismatches`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .spec import Axis, KernelDef, config_key, configs_rule, params_from_configs
+
+KIND = "undeclared"
+DTYPE_AXIS_SUFFIX = ".dtype"
+# Integer key values an undeclared kernel's record may hold (JSON-safe, wider than any size).
+KEY_MIN, KEY_MAX = -(2**53), 2**53
+# Relative error (norm of difference over norm of the first config's output) a config may show
+# against the first config, by the written tensor's dtype: reordered sums round differently.
+DTYPE_RTOL: dict[torch.dtype, float] = {
+    torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2,
+}
+LOW_PRECISION_RTOL = 0.1  # float8 and other narrow floats
+
+
+def dtype_names() -> tuple[str, ...]:
+    """Every torch dtype by its short name: the categories of a dtype axis."""
+    names = {str(v).removeprefix("torch.") for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    return tuple(sorted(names))
+
+
+def dtype_axis(arg: str) -> str:
+    """The axis that keys a tensor argument's dtype (e.g. `x_ptr.dtype`)."""
+    return f"{arg}{DTYPE_AXIS_SUFFIX}"
+
+
+class NotDeclared(NotImplementedError):
+    """What an undeclared kernel cannot do without a declaration (draw inputs, a reference)."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What identifies an undeclared kernel and keys its records, as the decorator sees it."""
+
+    name: str
+    module: str
+    qualname: str
+    arg_names: tuple[str, ...]
+    key: tuple[str, ...]
+    dtype_args: tuple[str, ...]
+    configs: tuple[dict[str, Any], ...]
+    source_hash: str
+    description: str = ""
+    kind: str = field(default=KIND)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str) or len(self.name) > 100:
+            raise ValueError(f"name: a non-empty kernel name of at most 100 characters, got {self.name!r}")
+        if not self.configs:
+            raise ValueError("configs: an undeclared kernel needs at least one config")
+        for k in self.key:
+            if k not in self.arg_names:
+                raise ValueError(f"key: {k!r} is not an argument ({', '.join(self.arg_names)})")
+        for a in self.dtype_args:
+            if a not in self.arg_names:
+                raise ValueError(f"dtype_args: {a!r} is not an argument ({', '.join(self.arg_names)})")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "module": self.module,
+                "qualname": self.qualname, "arg_names": list(self.arg_names),
+                "key": list(self.key), "dtype_args": list(self.dtype_args),
+                "configs": [dict(c) for c in self.configs], "source_hash": self.source_hash,
+                "description": self.description}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Definition":
+        """Parse a definition document; a ValueError names the first bad field."""
+        if not isinstance(doc, Mapping):
+            raise ValueError("definition: expected an object")
+        if doc.get("kind", KIND) != KIND:
+            raise ValueError(f"kind: expected {KIND!r}, got {doc.get('kind')!r}")
+
+        def strs(name: str) -> tuple[str, ...]:
+            v = doc.get(name)
+            if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+                raise ValueError(f"{name}: expected a list of names")
+            return tuple(v)
+
+        configs = doc.get("configs")
+        if not isinstance(configs, list) or not all(isinstance(c, dict) and c for c in configs):
+            raise ValueError("configs: expected a non-empty list of non-empty objects")
+        for i, c in enumerate(configs):
+            for k, v in c.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                    raise ValueError(f"configs[{i}].{k}: expected a number or a string, got {v!r}")
+        texts = {n: doc.get(n) for n in ("name", "module", "qualname", "source_hash")}
+        for n, v in texts.items():
+            if not isinstance(v, str) or not v or len(v) > 300:
+                raise ValueError(f"{n}: expected a non-empty string of at most 300 characters")
+        return cls(name=str(texts["name"]), module=str(texts["module"]),
+                   qualname=str(texts["qualname"]), arg_names=strs("arg_names"), key=strs("key"),
+                   dtype_args=tuple(doc.get("dtype_args") or ()),
+                   configs=tuple(dict(c) for c in configs), source_hash=str(texts["source_hash"]),
+                   description=str(doc.get("description") or "")[:500])
+
+    def axis_names(self) -> tuple[str, ...]:
+        return self.key + tuple(dtype_axis(a) for a in self.dtype_args)
+
+    def case_axes(self, named: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A call's record axes (its key values, then its tensors' dtypes); None when a key
+        value is not an integer (such a key is tuned here as Triton would, and not shared)."""
+        out: dict[str, Any] = {}
+        for k in self.key:
+            v = named.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or not KEY_MIN <= v <= KEY_MAX:
+                return None
+            out[k] = int(v)
+        for a in self.dtype_args:
+            dt = getattr(named.get(a), "dtype", None)
+            if not isinstance(dt, torch.dtype):
+                return None
+            out[dtype_axis(a)] = str(dt).removeprefix("torch.")
+        return out
+
+
+def work_of(axes: Mapping[str, Any]) -> int:
+    """A size for "nearest" among an undeclared kernel's cases: the product of its integer key
+    values (it declares no bytes moved; cases of other dtypes never serve each other anyway)."""
+    return math.prod(max(1, abs(int(v))) for v in axes.values()
+                     if isinstance(v, int) and not isinstance(v, bool))
+
+
+@dataclass(kw_only=True)
+class UndeclaredKernel(KernelDef):
+    """The KernelDef of an undeclared kernel, with the definition it was built from."""
+
+    definition: Definition
+
+
+def kernel_def(defn: Definition) -> UndeclaredKernel:
+    """The KernelDef of an undeclared kernel: its axes, its configs as the whole space, and no
+    inputs, reference or launcher of its own (those come with a call's capture)."""
+
+    def not_declared(*_a: Any, **_k: Any) -> Any:
+        raise NotDeclared(f"{defn.name} has no declaration: its inputs, reference and launch "
+                          f"come from a call (tune it by calling it under @kernelsearch.autotune)")
+
+    choices = dtype_names()
+    axes = tuple(Axis(k, KEY_MIN, KEY_MAX, doc="a key argument of the kernel") for k in defn.key) \
+        + tuple(Axis(dtype_axis(a), doc=f"dtype of {a}", choices=choices) for a in defn.dtype_args)
+    return UndeclaredKernel(
+        definition=defn, name=defn.name, axes=axes, params=params_from_configs(list(defn.configs)),
+        input_names=defn.arg_names, output_names=(), rtol=DTYPE_RTOL[torch.float32],
+        description=defn.description or f"{defn.module}.{defn.qualname} (undeclared)",
+        make_inputs=not_declared, reference=not_declared, launch=not_declared,
+        axes_of=not_declared, bytes_moved=work_of, rules=configs_rule(list(defn.configs)),
+        tolerance=lambda axes: max([dtype_rtol(getattr(torch, str(axes[dtype_axis(a)]), torch.float32))
+                                    for a in defn.dtype_args if dtype_axis(a) in axes]
+                                   or [DTYPE_RTOL[torch.float32]]),
+        space=[dict(c) for c in defn.configs], module=defn.module)
+
+
+def dtype_rtol(dtype: torch.dtype) -> float:
+    """The tolerance a written tensor of this dtype is compared at (0: integers and bools, exact)."""
+    if not dtype.is_floating_point and not dtype.is_complex:
+        return 0.0
+    return DTYPE_RTOL.get(dtype, LOW_PRECISION_RTOL)
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Norm of the difference over the norm of `want`, in float64; NaN where `want` has none
+    and `got` has one is an infinite error."""
+    g, w = got.detach().double(), want.detach().double()
+    if g.shape != w.shape:
+        return math.inf
+    nan_g, nan_w = torch.isnan(g), torch.isnan(w)
+    if not torch.equal(nan_g, nan_w):
+        return math.inf
+    g, w = torch.where(nan_g, 0.0, g), torch.where(nan_w, 0.0, w)
+    diff = float(torch.linalg.vector_norm(g - w))
+    base = float(torch.linalg.vector_norm(w))
+    if diff == 0.0:
+        return 0.0
+    return diff / base if base > 0 else math.inf
+
+
+def written_mismatches(before: Sequence[Any], first: Sequence[Any],
+                       other: Sequence[Any]) -> tuple[float, list[str]]:
+    """Compare what two configs wrote: every tensor that either run changed from `before` must
+    match the first config's at its dtype's tolerance. Returns the largest relative error seen
+    among floating outputs and a message per mismatching argument (by position)."""
+    worst = 0.0
+    bad: list[str] = []
+    for i, (b, f, o) in enumerate(zip(before, first, other)):
+        if not isinstance(b, torch.Tensor):
+            continue
+        if torch.equal(b, f) and torch.equal(b, o):
+            continue
+        tol = dtype_rtol(f.dtype)
+        if tol == 0.0:
+            if not torch.equal(f, o):
+                bad.append(f"argument {i}: differs from the first config's ({f.dtype}, exact)")
+            continue
+        err = relative_error(o, f)
+        worst = max(worst, err)
+        if not err <= tol:
+            bad.append(f"argument {i}: relative error {err:.3g} > {tol:g} ({f.dtype})")
+    return worst, bad
+
+
+def canonical_configs(configs: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The identities of a config list (config_key of each), in order."""
+    return tuple(config_key(c) for c in configs)

@@ -1,0 +1,29 @@
+"""POST /v1/kernels: an undeclared kernel's definition, sent by `@kernelsearch.autotune` before
+it shares what it tuned, so the service can list, gate and serve the kernel."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, HTTPException
+
+from .. import schemas
+from ..definitions import DefinitionConflict, register_definition
+from ..deps import StoreDep, require_writer
+from .common import WRITE_ERRORS
+
+router = APIRouter(tags=["kernels"])
+
+
+@router.post("/v1/kernels", status_code=201, response_model=schemas.KernelOut,
+             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def register_kernel(store: StoreDep, body: dict[str, Any] = Body(
+        ..., description="kernels.undeclared.Definition as JSON")) -> Any:
+    """Register (or update) an undeclared kernel: its identity, key and configs."""
+    try:
+        kdef = register_definition(body)
+    except DefinitionConflict as exc:
+        raise HTTPException(409, str(exc)) from None
+    except ValueError as exc:
+        raise HTTPException(422, f"definition: {exc}") from None
+    store.save_definition(kdef.name, kdef.definition.as_json())
+    return {**kdef.describe(), "extra_axes": []}

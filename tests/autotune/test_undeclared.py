@@ -1,0 +1,224 @@
+"""A plain `@triton.autotune` kernel with only the decorator swapped, no declaration: tuned here
+as Triton would by default, shared through the service after the correctness check against the
+first config, and served to a fresh process with no benchmark; a grown config list measures only
+what is new; Triton's autotuner behaviours hold (hooks, pruning, one cache entry per key)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from at_env import HERE, child_env
+from svc_helpers import LiveServer, settings_for
+
+import kernelsearch
+from kernelsearch.kernels import registry
+from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel, written_mismatches
+from kernelsearch.service import autotune as at
+from kernelsearch.service.api import create_app
+from kernelsearch.service.autotune import Source
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.tune_default]
+NAME = "ks_undeclared_user.scale_kernel"
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    for k in ("KS_SERVICE_URL", "KS_AUTOTUNE_FALLBACK", "KS_AUTOTUNE_SYNC"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
+    at.BACKENDS.reset()
+
+
+def _user(n: int, dtype: str, env: dict) -> dict:
+    out = subprocess.run([sys.executable, str(HERE / "ks_undeclared_user.py"), str(n), dtype],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=HERE)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_tuned_once_then_served_to_fresh_processes(sqlite_store) -> None:
+    app = create_app(settings_for(sqlite_store.url), store=sqlite_store)
+    with LiveServer(app) as srv:
+        env = child_env(KS_SERVICE_URL=srv.url, KS_AUTOTUNE_FALLBACK="tune")
+        first = _user(200, "float32", env)
+        assert first["sources"] == ["tuned_here"] and first["benched"] == 3
+        # The kernel is known to the service by its definition alone, keyed by Triton's key.
+        kernels = {k["name"]: k for k in sqlite_store.kernel_definitions().values()}
+        assert NAME in {d["name"] for d in kernels.values()}
+        (rec,) = sqlite_store.list_records(kernel=NAME)
+        assert rec.axes == {"n": 200, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+        assert len(rec.config_timings) == 3 and rec.config["BLOCK"] == first["best"]
+        import httpx
+
+        names = [k["name"] for k in httpx.get(f"{srv.url}/v1/kernels").json()]
+        assert NAME in names
+        # A fresh process (fresh Triton cache) is served without benchmarking anything.
+        second = _user(200, "float32", env)
+        assert second == {"sources": ["service"], "benched": 0, "best": first["best"]}
+        # Another dtype is another key: tuned, not served the float32 record.
+        other = _user(200, "float64", env)
+        assert other["sources"] == ["tuned_here"] and other["benched"] == 3
+        # A grown config list measures only its new config, and the merged record serves the
+        # next process with no benchmark at all.
+        grown = _user(200, "float32", {**env, "KS_TEST_EXTRA": "1"})
+        assert grown["benched"] == 1
+        again = _user(200, "float32", {**env, "KS_TEST_EXTRA": "1"})
+        assert again["benched"] == 0
+
+
+def test_service_down_tunes_here_without_error(monkeypatch) -> None:
+    monkeypatch.setenv("KS_SERVICE_URL", "http://127.0.0.1:9")  # nothing listens there
+    import ks_undeclared_user as u
+
+    u.scale_kernel.forget()
+    u.BENCHED.clear()
+    x = torch.randn(300)
+    torch.testing.assert_close(u.scale(x), 2 * x)
+    assert list(u.scale_kernel.sources.values()) == [Source.TUNED_HERE]
+    assert len(u.BENCHED) == 3
+    kdef = registry.get_kernel(NAME)
+    assert isinstance(kdef, UndeclaredKernel)
+    assert [a.name for a in kdef.axes] == ["n", "x_ptr.dtype", "y_ptr.dtype"]
+    assert kdef.axes[1].categorical and "bfloat16" in kdef.axes[1].choices
+
+
+def test_a_record_of_other_code_or_another_config_list_is_not_served(sqlite_store,
+                                                                      monkeypatch) -> None:
+    import ks_undeclared_user as u
+
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    u.scale_kernel.forget()
+    x = torch.randn(64)
+    u.scale(x)  # tunes and shares into the local store
+    at.BACKENDS.drain(20)
+    (rec,) = sqlite_store.list_records(kernel=NAME)
+    assert len(rec.config_timings) == 3
+    # The same record, but tuned on other code: not served, tuned again.
+    from dataclasses import asdict
+
+    from kernelsearch.db.views import RecordIn
+
+    fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
+    sqlite_store.upsert_best(RecordIn(**{**fields, "source_hash": "0" * 16,
+                                         "latency_median_us": rec.latency_median_us / 2,
+                                         "latency_min_us": rec.latency_min_us / 2}))
+    u.scale_kernel.forget()
+    at.BACKENDS.reset()
+    u.BENCHED.clear()
+    u.scale(x)
+    assert list(u.scale_kernel.sources.values()) == [Source.TUNED_HERE] and len(u.BENCHED) == 3
+
+
+def test_a_winner_that_writes_other_values_is_not_shared(sqlite_store, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+
+    def bench_prefers_last(fn, quantiles=None, **_kw):
+        fn()
+        bench_prefers_last.n += 1
+        return [10.0 - bench_prefers_last.n] * 3
+    bench_prefers_last.n = 0
+
+    @kernelsearch.autotune(configs=[triton.Config({"SHIFT": 0}), triton.Config({"SHIFT": 1})],
+                           key=["n"], do_bench=bench_prefers_last)
+    @triton.jit
+    def wrong_kernel(x_ptr, y_ptr, n, SHIFT: tl.constexpr):
+        offs = tl.arange(0, 64)
+        m = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) + SHIFT, mask=m)
+
+    x, y = torch.randn(64), torch.empty(64)
+    wrong_kernel[(1,)](x, y, 64)
+    assert wrong_kernel.best_config.kwargs["SHIFT"] == 1  # Triton's pick, used here
+    at.BACKENDS.drain(20)
+    assert "does not write what the first config writes" in caplog.text
+    assert sqlite_store.list_records(kernel=wrong_kernel.undeclared.name) == []
+
+
+def test_written_tensors_compare_at_their_dtype() -> None:
+    before = [torch.zeros(4), torch.zeros(4, dtype=torch.int32), 3]
+    first = [torch.ones(4), torch.ones(4, dtype=torch.int32), 3]
+    close = [torch.ones(4) * (1 + 1e-6), torch.ones(4, dtype=torch.int32), 3]
+    far = [torch.ones(4) * 1.01, torch.ones(4, dtype=torch.int32), 3]
+    ints = [torch.ones(4), torch.full((4,), 2, dtype=torch.int32), 3]
+    assert written_mismatches(before, first, close)[1] == []
+    assert "argument 0" in written_mismatches(before, first, far)[1][0]
+    assert "exact" in written_mismatches(before, first, ints)[1][0]
+
+
+def test_definition_refuses_bad_documents() -> None:
+    good = {"name": "m.k", "module": "m", "qualname": "k", "arg_names": ["x", "n"], "key": ["n"],
+            "dtype_args": ["x"], "configs": [{"B": 1, "num_warps": 4}], "source_hash": "ab"}
+    assert Definition.from_json(good).axis_names() == ("n", "x.dtype")
+    for bad, field in [({**good, "configs": []}, "configs"), ({**good, "key": ["m"]}, "key"),
+                       ({**good, "name": ""}, "name"),
+                       ({**good, "configs": [{"B": [1]}]}, "configs[0].B")]:
+        with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            Definition.from_json(bad)
+
+
+def test_triton_autotuner_behaviours_on_an_undeclared_kernel() -> None:
+    """Triton's own autotuner tests' behaviours: one cache entry per key whatever the keyword
+    order, reset_to_zero (a None argument too) and restore_value around every benchmark,
+    prune_configs_by with perf_model and top_k, and a prune to nothing raising Triton's error."""
+
+    def early(configs, nargs, **kw):
+        return [c for c in configs if c.kwargs["BLOCK"] <= nargs["n"]]
+
+    def perf_model(**kw):
+        return kw["BLOCK"]  # prefers the smallest block: top_k=2 keeps 16 and 32
+
+    @kernelsearch.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64, 1024)],
+                           key=["n"], reset_to_zero=["acc_ptr", "opt_ptr"], restore_value=["x_ptr"],
+                           prune_configs_by={"early_config_prune": early, "perf_model": perf_model,
+                                             "top_k": 2},
+                           do_bench=lambda fn, quantiles=None: (fn(), [1.0, 1.0, 1.0])[1])
+    @triton.jit
+    def acc_kernel(x_ptr, acc_ptr, opt_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m)
+        tl.atomic_add(acc_ptr + offs, x, mask=m)
+        tl.store(x_ptr + offs, x * 0.0, mask=m)  # restore_value puts it back between runs
+
+    x = torch.randn(100)
+    x0 = x.clone()
+    acc = torch.zeros(100)
+    grid = lambda meta: (triton.cdiv(100, meta["BLOCK"]),)  # noqa: E731
+    acc_kernel[grid](x, acc, None, 100)
+    # Every benchmark started from zero and the restored input: one run's sum is left.
+    torch.testing.assert_close(acc, x0)
+    assert acc_kernel.best_config.kwargs["BLOCK"] in (16, 32)
+    assert list(acc_kernel.sources.values()) == [Source.TUNED_HERE]
+    acc_kernel[grid](x_ptr=x0.clone(), n=100, acc_ptr=torch.zeros(100), opt_ptr=None)
+    assert len(acc_kernel.cache) == 1  # the same key, keywords in another order
+    with pytest.raises(triton.runtime.autotuner.AutotunerError, match="pruning"):
+        acc_kernel[grid](x, acc, None, 8)  # no config has BLOCK <= 8
+
+
+def test_pre_and_post_hooks_come_in_pairs() -> None:
+    events: list[str] = []
+
+    def pre(nargs, reset_only=False):
+        events.append("reset" if reset_only else "pre")
+
+    def post(nargs, exception):
+        events.append("post")
+
+    @kernelsearch.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"],
+                           pre_hook=pre, post_hook=post,
+                           do_bench=lambda fn, quantiles=None: (fn(), [1.0, 1.0, 1.0])[1])
+    @triton.jit
+    def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    x, y = torch.randn(50), torch.empty(50)
+    copy_kernel[lambda meta: (triton.cdiv(50, meta["BLOCK"]),)](x, y, 50)
+    torch.testing.assert_close(y, x)
+    # One pre and one post per benchmarked config, then Triton's reset before the real launch.
+    assert events.count("pre") == events.count("post") == 3 and events[-1] == "reset"

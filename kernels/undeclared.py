@@ -117,13 +117,17 @@ class Definition:
 
     def case_axes(self, named: Mapping[str, Any]) -> dict[str, Any] | None:
         """A call's record axes (its key values, then its tensors' dtypes); None when a key
-        value is not an integer (such a key is tuned here as Triton would, and not shared)."""
+        value is not an integer or a bool, or the call's tensor arguments are not the first
+        call's (such a key is tuned here as Triton would, and not shared)."""
         out: dict[str, Any] = {}
         for k in self.key:
             v = named.get(k)
-            if isinstance(v, bool) or not isinstance(v, int) or not KEY_MIN <= v <= KEY_MAX:
+            # A flag in the key (a constexpr bool) keys as 0 or 1, as it specializes the kernel.
+            if not isinstance(v, int) or not KEY_MIN <= v <= KEY_MAX:
                 return None
             out[k] = int(v)
+        if any(hasattr(v, "dtype") for n, v in named.items() if n not in self.dtype_args):
+            return None  # a tensor where the first call had none: Triton's key has other parts
         for a in self.dtype_args:
             dt = getattr(named.get(a), "dtype", None)
             if not isinstance(dt, torch.dtype):

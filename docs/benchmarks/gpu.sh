@@ -14,6 +14,9 @@
 #                 `kernelsearch tune` (a faster correct config replaces a record), exported ($OUT/h200_records.json)
 #   bench         kernelsearch bench with the database's records (eager, compile, default, tuned)
 #   issue13       the matmul example through the service, and triton.autotune vs kernelsearch.autotune
+#   issue22       fla-core (flash-linear-attention, .whl/) unchanged but for the decorator swap: triton.autotune
+#                 on a cold host, kernelsearch on a first host (tunes, shares) and a second (served), and
+#                 the configs fixed in advance; fresh processes and Triton caches (docs/benchmarks/issue22_fla.py)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -62,6 +65,23 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
         --table $OUT/bench.txt 2>$OUT/bench.err; echo "bench rc=$?"; grep -i mean $OUT/bench.txt ;;
     issue13)
       timeout ${ISSUE13_S:-420} bash docs/benchmarks/issue13_matmul.sh 2>&1 | grep -v -i warn | tail -40 ;;
+    issue22)
+      D=$OUT/issue22; mkdir -p $D /tmp/ks22
+      export KS_DATABASE_URL=sqlite:////tmp/ks22/kernelsearch.db
+      $KS db upgrade >/dev/null
+      $KS serve --no-worker --port 8722 > $D/api.log 2>&1 &
+      API=$!
+      for _ in $(seq 60); do curl -sf http://127.0.0.1:8722/healthz >/dev/null && break; sleep 1; done
+      for mode in ${ISSUE22_MODES:-triton ks-first ks-served fixed}; do
+        rm -rf /tmp/ks22/tc_$mode
+        TRITON_CACHE_DIR=/tmp/ks22/tc_$mode KS_SERVICE_URL=http://127.0.0.1:8722 \
+          KS_DATABASE_URL=sqlite:////tmp/ks22/absent.db timeout ${ISSUE22_S:-240} \
+          python3 docs/benchmarks/issue22_fla.py run --mode $mode --out $D --fixed $D/ks-first.json \
+          2>$D/$mode.err | tail -1
+      done
+      python3 docs/benchmarks/issue22_fla.py table $D | tee $D/table.txt
+      $KS records list 2>/dev/null | grep -c fla. | sed 's/^/fla records in the store: /'
+      $KS records export $D/records.json >/dev/null; kill $API ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -1,0 +1,201 @@
+"""Issue 22 on the H200: a real open-source library with many `@triton.autotune` kernels
+(flash-linear-attention's `fla-core`, 205 of them), run unchanged but for the decorator swap, in
+fresh processes with fresh Triton caches:
+
+  triton     plain `triton.autotune` on a cold host
+  ks-first   `@kernelsearch.autotune` on a first host: tunes and shares through the service
+  ks-served  `@kernelsearch.autotune` on a second host: served, no benchmark expected
+  fixed      the same code with ks-first's configs fixed in advance (Triton's cache pre-filled)
+
+The swap is `triton.autotune = kernelsearch.autotune` before `import fla` (the decorators read
+the attribute at import); nothing of fla is edited. The op: `chunk_gated_delta_rule`, forward
+and backward, bf16. Each mode prints one JSON line: time from the first call to all results,
+the op latencies (triton.testing.do_bench, its L2 flush), how many configs were benchmarked, and
+the config each autotuned kernel ran per key.
+
+    python3 issue22_fla.py run --mode triton --out DIR
+    python3 issue22_fla.py table DIR
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+SHAPE = dict(B=int(os.environ.get("FLA_B", 2)), T=int(os.environ.get("FLA_T", 4096)),
+             H=int(os.environ.get("FLA_H", 16)), K=128, V=128)
+
+
+def _config_dict(c) -> dict:
+    out = dict(c.kwargs)
+    for name in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+        v = getattr(c, name, None)
+        if v is not None:
+            out[name] = v
+    return out
+
+
+def _picks() -> dict:
+    """Every autotuner's cache: {module.qualname: [[key, config], ...]}."""
+    from triton.runtime.autotuner import Autotuner
+
+    out: dict = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, Autotuner) and obj.cache:
+            fn = obj.base_fn
+            name = f"{fn.__module__}.{fn.__qualname__}"
+            out[name] = sorted([[list(k), _config_dict(c)] for k, c in obj.cache.items()],
+                               key=lambda kc: json.dumps(kc[0], default=str))
+    return out
+
+
+def _install_fixed(path: str) -> None:
+    """triton.autotune whose cache holds the given picks before the first call."""
+    import triton
+    from triton.runtime.autotuner import Config
+
+    picks = json.loads(Path(path).read_text())["picks"]
+    real = triton.autotune
+
+    def fixed(configs, key, **kw):
+        def deco(fn):
+            tuner = real(configs, key, **kw)(fn)
+            base = tuner.base_fn
+            for k, cfg in picks.get(f"{base.__module__}.{base.__qualname__}", []):
+                meta = {n: v for n, v in cfg.items()
+                        if n not in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
+                opts = {n: v for n, v in cfg.items() if n in ("num_warps", "num_stages", "num_ctas",
+                                                               "maxnreg")}
+                tuner.cache[tuple(k)] = Config(meta, **opts)
+            return tuner
+        return deco
+
+    triton.autotune = fixed
+
+
+def run(mode: str, out: Path, fixed: str | None) -> dict:
+    import torch
+    import triton
+    from triton.runtime.autotuner import Autotuner
+
+    benched: list[int] = []
+    real_bench = Autotuner._bench
+
+    def counting(self, *a, **k):
+        benched.append(1)
+        return real_bench(self, *a, **k)
+
+    Autotuner._bench = counting
+    if mode.startswith("ks"):
+        import kernelsearch
+
+        triton.autotune = kernelsearch.autotune
+    elif mode == "fixed":
+        _install_fixed(fixed)
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+    B, T, H, K, V = (SHAPE[n] for n in "BTHKV")
+    dev, dt = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(0)
+    q = torch.randn(B, T, H, K, device=dev, dtype=dt, generator=g)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev, dtype=torch.float32,
+                                                  generator=g), dim=-1).to(dt)
+    v = torch.randn(B, T, H, V, device=dev, dtype=dt, generator=g)
+    gate = torch.nn.functional.logsigmoid(torch.randn(B, T, H, device=dev, dtype=torch.float32,
+                                                      generator=g))
+    beta = torch.rand(B, T, H, device=dev, dtype=torch.float32, generator=g).sigmoid().to(dt)
+    do = torch.randn(B, T, H, V, device=dev, dtype=dt, generator=g)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, gate, beta)]
+    torch.cuda.synchronize()
+
+    t0 = time.perf_counter()
+    o, _ = chunk_gated_delta_rule(*leaves)
+    o.backward(do)
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    n_benched = len(benched)
+
+    def fwd():
+        with torch.no_grad():
+            chunk_gated_delta_rule(q, k, v, gate, beta)
+
+    def fwd_bwd():
+        o, _ = chunk_gated_delta_rule(*leaves)
+        o.backward(do)
+
+    lat = {}
+    for name, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
+        ms = triton.testing.do_bench(fn, warmup=50, rep=300, quantiles=[0.5, 0.2, 0.8])
+        lat[name] = {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3}
+    got = {"mode": mode, "shape": SHAPE, "first_call_to_results_s": first,
+           "configs_benchmarked": n_benched, "latency": lat, "picks": _picks(),
+           "sources": _sources()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{mode}.json").write_text(json.dumps(got, indent=1, default=str))
+    if mode.startswith("ks"):
+        from kernelsearch.service.autotune import BACKENDS
+
+        BACKENDS.drain(60)
+    return got
+
+
+def _sources() -> dict:
+    try:
+        from kernelsearch.service.autotune import Autotuner as KsAutotuner
+    except ImportError:
+        return {}
+    counts: dict = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, KsAutotuner):
+            for s in obj.sources.values():
+                counts[s.value] = counts.get(s.value, 0) + 1
+    return counts
+
+
+def table(out: Path) -> str:
+    rows = {m: json.loads((out / f"{m}.json").read_text())
+            for m in ("triton", "ks-first", "ks-served", "fixed") if (out / f"{m}.json").exists()}
+    lines = [f"shape {SHAPE} (bf16, chunk_gated_delta_rule fwd+bwd)",
+             f"{'mode':10} {'first call->results':>20} {'benchmarked':>12} {'fwd us':>18} "
+             f"{'fwd+bwd us':>18}  sources"]
+    for m, r in rows.items():
+        f, fb = r["latency"]["fwd"], r["latency"]["fwd_bwd"]
+        lines.append(f"{m:10} {r['first_call_to_results_s']:>18.2f} s {r['configs_benchmarked']:>12} "
+                     f"{f['median_us']:>8.1f} [{f['p20_us']:.1f}-{f['p80_us']:.1f}] "
+                     f"{fb['median_us']:>8.1f} [{fb['p20_us']:.1f}-{fb['p80_us']:.1f}]  {r['sources']}")
+    if "ks-first" in rows and "ks-served" in rows:
+        same = rows["ks-first"]["picks"] == rows["ks-served"]["picks"]
+        lines.append(f"served host ran ks-first's configs: {same} "
+                     f"({len(rows['ks-first']['picks'])} autotuned kernels)")
+    if "triton" in rows and "ks-first" in rows:
+        a, b = rows["triton"]["picks"], rows["ks-first"]["picks"]
+        lines.append(f"kernels whose pick differs between triton and ks-first: "
+                     f"{sum(1 for n in a if a[n] != b.get(n))} of {len(a)}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--mode", required=True, choices=["triton", "ks-first", "ks-served", "fixed"])
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--fixed", help="ks-first's JSON (fixed mode)")
+    t = sub.add_parser("table")
+    t.add_argument("out", type=Path)
+    a = ap.parse_args()
+    if a.cmd == "run":
+        got = run(a.mode, a.out, a.fixed)
+        print(json.dumps({k: got[k] for k in ("mode", "first_call_to_results_s",
+                                                "configs_benchmarked", "latency", "sources")}))
+    else:
+        print(table(a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

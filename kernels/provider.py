@@ -15,6 +15,10 @@ from .axes import Axes
 log = logging.getLogger(__name__)
 
 
+class ProviderUnavailable(Exception):
+    """A provider could not answer now (its store or service is down): never cached as a miss."""
+
+
 class ConfigProvider(Protocol):
     def best_config(self, kernel: str, axes: Axes, device: str) -> Mapping[str, Any] | None:
         """The best known config for this shape on this device (exact or nearest), or None."""

@@ -3,6 +3,8 @@
 A kernel called without `config` asks `kernels.provider.lookup`, which asks the provider plugged
 in here. Nothing in this module lets a lookup fail a user's call: the service being down means
 the nearest case this process already knows, then the local store, then the kernel's default.
+A provider answers None only when a working store has no record; a failure raises
+(`ProviderUnavailable` or the store's own error), so `kernels.provider` never caches it as a miss.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from kernelsearch.kernels import get_kernel, set_provider
 from kernelsearch.kernels import provider as kprovider
+from kernelsearch.kernels.provider import ProviderUnavailable
 
 from .client import Client, ClientError
 from .settings import Settings
@@ -33,13 +36,11 @@ class StoreProvider:
         self.store = store
 
     def best_config(self, kernel: str, axes: Mapping[str, int], device: str) -> dict[str, Any] | None:
-        try:
-            kdef = get_kernel(kernel)
-            found = self.store.find_best(kernel, device, dict(axes), case_work(kdef, axes),
-                                         distance=lambda other, _w: kdef.distance(axes, other))
-        except Exception as exc:  # an unreachable or broken database must not fail the call
-            log.warning("local store lookup failed for %s on %s: %s", kernel, device, exc)
-            return None
+        """The store's record; a store error propagates (kernels.provider logs it and does not
+        cache it: the database may come back)."""
+        kdef = get_kernel(kernel)
+        found = self.store.find_best(kernel, device, dict(axes), case_work(kdef, axes),
+                                     distance=lambda other, _w: kdef.distance(axes, other))
         if found is None:
             return None
         record, match = found
@@ -134,11 +135,11 @@ class ServiceProvider:
                 return None
             return kdef.for_other_shape(known[case][1])
         if self.fallback is not None:
-            try:
-                return self.fallback.best_config(kernel, axes, device)
-            except Exception as exc:
-                log.warning("fallback provider failed: %s", exc)
-        return None
+            got = self.fallback.best_config(kernel, axes, device)  # its failure propagates
+            if got is not None:
+                return got
+        # Nothing known while the service is down: not an answer to remember.
+        raise ProviderUnavailable(f"service {self.url} unavailable and no local answer for {kernel}")
 
 
 def _local_store(settings: Settings) -> RecordRepository | None:

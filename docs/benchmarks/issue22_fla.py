@@ -8,8 +8,10 @@ fresh processes with fresh Triton caches:
   fixed      the same code with ks-first's configs fixed in advance (Triton's cache pre-filled)
 
 The swap is `triton.autotune = kernelsearch.autotune` before `import fla` (the decorators read
-the attribute at import); nothing of fla is edited. The op: `chunk_gated_delta_rule`, forward
-and backward, bf16. Each mode prints one JSON line: time from the first call to all results,
+the attribute at import), and the same for fla's own wrapper of it, `fla_cache_autotune` (same
+signature; replaced as its module is imported, `swap_fla_decorator`); nothing of fla is edited. The ops, bf16: `chunk_gated_delta_rule`
+forward (its backward refuses to run on Hopper under Triton < 3.7.1, fla issue 640) and
+`chunk_delta_rule` forward and backward. Each mode prints one JSON line: time from the first call to all results,
 the op latencies (triton.testing.do_bench, its L2 flush), how many configs were benchmarked, and
 the config each autotuned kernel ran per key.
 
@@ -77,6 +79,33 @@ def _install_fixed(path: str) -> None:
     triton.autotune = fixed
 
 
+def swap_fla_decorator(replacement) -> None:
+    """Replace fla.ops.utils.cache.fla_cache_autotune as that module is first imported (before
+    any op module takes it with `from ... import`), without editing fla."""
+    import importlib.abc
+    import importlib.machinery
+
+    target = "fla.ops.utils.cache"
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target_mod=None):
+            if name != target:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return None
+            real = spec.loader.exec_module
+
+            def exec_module(module):
+                real(module)
+                module.fla_cache_autotune = replacement
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
 def run(mode: str, out: Path, fixed: str | None) -> dict:
     import torch
     import triton
@@ -94,8 +123,11 @@ def run(mode: str, out: Path, fixed: str | None) -> dict:
         import kernelsearch
 
         triton.autotune = kernelsearch.autotune
+        swap_fla_decorator(kernelsearch.autotune)
     elif mode == "fixed":
         _install_fixed(fixed)
+        swap_fla_decorator(triton.autotune)
+    from fla.ops.delta_rule import chunk_delta_rule
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
     B, T, H, K, V = (SHAPE[n] for n in "BTHKV")
@@ -109,30 +141,33 @@ def run(mode: str, out: Path, fixed: str | None) -> dict:
                                                       generator=g))
     beta = torch.rand(B, T, H, device=dev, dtype=torch.float32, generator=g).sigmoid().to(dt)
     do = torch.randn(B, T, H, V, device=dev, dtype=dt, generator=g)
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, gate, beta)]
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, beta)]
     torch.cuda.synchronize()
 
+    def gdn_fwd():
+        with torch.no_grad():
+            return chunk_gated_delta_rule(q, k, v, gate, beta)[0]
+
+    def delta_fwd_bwd():
+        o, _ = chunk_delta_rule(*leaves)
+        o.backward(do)
+        return o
+
     t0 = time.perf_counter()
-    o, _ = chunk_gated_delta_rule(*leaves)
-    o.backward(do)
+    results = [gdn_fwd(), delta_fwd_bwd()]
     torch.cuda.synchronize()
     first = time.perf_counter() - t0
     n_benched = len(benched)
-
-    def fwd():
-        with torch.no_grad():
-            chunk_gated_delta_rule(q, k, v, gate, beta)
-
-    def fwd_bwd():
-        o, _ = chunk_gated_delta_rule(*leaves)
-        o.backward(do)
+    checksum = [float(r.detach().float().abs().sum()) for r in results] + \
+        [float(t.grad.float().abs().sum()) for t in leaves]
 
     lat = {}
-    for name, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
+    for name, fn in (("gdn_fwd", gdn_fwd), ("delta_fwd_bwd", delta_fwd_bwd)):
         ms = triton.testing.do_bench(fn, warmup=50, rep=300, quantiles=[0.5, 0.2, 0.8])
         lat[name] = {"median_us": ms[0] * 1e3, "p20_us": ms[1] * 1e3, "p80_us": ms[2] * 1e3}
     got = {"mode": mode, "shape": SHAPE, "first_call_to_results_s": first,
            "configs_benchmarked": n_benched, "latency": lat, "picks": _picks(),
+           "checksum": checksum,
            "sources": _sources()}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{mode}.json").write_text(json.dumps(got, indent=1, default=str))
@@ -159,11 +194,11 @@ def _sources() -> dict:
 def table(out: Path) -> str:
     rows = {m: json.loads((out / f"{m}.json").read_text())
             for m in ("triton", "ks-first", "ks-served", "fixed") if (out / f"{m}.json").exists()}
-    lines = [f"shape {SHAPE} (bf16, chunk_gated_delta_rule fwd+bwd)",
-             f"{'mode':10} {'first call->results':>20} {'benchmarked':>12} {'fwd us':>18} "
-             f"{'fwd+bwd us':>18}  sources"]
+    lines = [f"shape {SHAPE} (bf16; chunk_gated_delta_rule fwd, chunk_delta_rule fwd+bwd)",
+             f"{'mode':10} {'first call->results':>20} {'benchmarked':>12} {'gdn fwd us':>18} "
+             f"{'delta fwd+bwd us':>18}  sources"]
     for m, r in rows.items():
-        f, fb = r["latency"]["fwd"], r["latency"]["fwd_bwd"]
+        f, fb = r["latency"]["gdn_fwd"], r["latency"]["delta_fwd_bwd"]
         lines.append(f"{m:10} {r['first_call_to_results_s']:>18.2f} s {r['configs_benchmarked']:>12} "
                      f"{f['median_us']:>8.1f} [{f['p20_us']:.1f}-{f['p80_us']:.1f}] "
                      f"{fb['median_us']:>8.1f} [{fb['p20_us']:.1f}-{fb['p80_us']:.1f}]  {r['sources']}")

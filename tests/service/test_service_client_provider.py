@@ -86,7 +86,9 @@ def test_service_provider_answers_and_survives_an_outage(server: LiveServer) -> 
     # Down: the nearest among the records it learnt, without a network wait after the first.
     assert p.best_config(KB, {"seq_len": 3000}, H200) == {"ROWS": 8}
     assert p.best_config(KB, {"seq_len": 128}, H200) == {"ROWS": 2}
-    assert p.best_config(KB, {"seq_len": 1}, "NVIDIA B200") is None
+    # Nothing known while down: unavailable, not "no record" (never cached as a miss).
+    with pytest.raises(kprovider.ProviderUnavailable):
+        p.best_config(KB, {"seq_len": 1}, "NVIDIA B200")
     assert time.monotonic() - t0 < 5
     p.close()
 
@@ -98,7 +100,31 @@ def test_store_provider(sqlite_store: Store) -> None:
     assert p.best_config(KB, {"seq_len": 70}, H200) == {"ROWS": 4}
     assert p.best_config(KB, {"seq_len": 64}, "other") is None
     broken = StoreProvider(Store(f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/x"))
-    assert broken.best_config(KB, {"seq_len": 64}, H200) is None
+    with pytest.raises(Exception):
+        broken.best_config(KB, {"seq_len": 64}, H200)
+
+
+def test_a_store_blip_on_the_get_kernel_path_is_not_cached_as_a_miss(sqlite_store: Store) -> None:
+    """kernelsearch.get_kernel(...)(...) asks kernels.provider.lookup: a transient store error
+    answers the default once, and the next call finds the record."""
+    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4}))
+
+    class Blip:
+        def __init__(self, store: Store) -> None:
+            self.store, self.fail = store, 1
+
+        def find_best(self, *a, **k):
+            if self.fail:
+                self.fail -= 1
+                raise ConnectionError("server closed the connection unexpectedly")
+            return self.store.find_best(*a, **k)
+
+    kprovider.set_provider(StoreProvider(Blip(sqlite_store)))  # type: ignore[arg-type]
+    try:
+        assert kprovider.lookup(KB, {"seq_len": 64}, H200) is None
+        assert kprovider.lookup(KB, {"seq_len": 64}, H200) == {"ROWS": 4}
+    finally:
+        kprovider.set_provider(None)
 
 
 def test_a_fast_sin_cos_is_kept_only_for_the_case_it_was_checked_on(sqlite_store: Store) -> None:

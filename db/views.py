@@ -84,7 +84,7 @@ class RecordFields:
     n_failed: int = 0
     # Median latency of every config measured with the record, by `config_key` (a decorator's
     # list grows: only the new configs are measured); None when the study kept no such table.
-    config_timings: dict[str, float] | None = None
+    config_timings: dict[str, float | None] | None = None
     study_name: str | None = None
     job_id: int | None = None
     tuned_at: datetime = field(default_factory=utcnow)

@@ -32,10 +32,19 @@ DTYPE_RTOL: dict[torch.dtype, float] = {
 LOW_PRECISION_RTOL = 0.1  # float8 and other narrow floats
 
 
+NO_TENSOR = "none"  # a tensor argument passed as None (an optional input or output)
+
+
 def dtype_names() -> tuple[str, ...]:
-    """Every torch dtype by its short name: the categories of a dtype axis."""
+    """Every torch dtype by its short name, and `none`: the categories of a dtype axis."""
     names = {str(v).removeprefix("torch.") for v in vars(torch).values() if isinstance(v, torch.dtype)}
-    return tuple(sorted(names))
+    return tuple(sorted(names)) + (NO_TENSOR,)
+
+
+def tensor_args(named: Mapping[str, Any], key: Sequence[str]) -> tuple[str, ...]:
+    """The arguments a first call shows to be tensors: those with a dtype, and those passed as
+    None (optional tensors: Triton's key then lacks their dtype, and so must the record's)."""
+    return tuple(n for n, v in named.items() if n not in key and (hasattr(v, "dtype") or v is None))
 
 
 def dtype_axis(arg: str) -> str:
@@ -117,8 +126,8 @@ class Definition:
 
     def case_axes(self, named: Mapping[str, Any]) -> dict[str, Any] | None:
         """A call's record axes (its key values, then its tensors' dtypes); None when a key
-        value is not an integer or a bool, or the call's tensor arguments are not the first
-        call's (such a key is tuned here as Triton would, and not shared)."""
+        value is not an integer or a bool, or a tensor argument is one the first call passed
+        neither as a tensor nor as None (such a key is tuned here as Triton would, not shared)."""
         out: dict[str, Any] = {}
         for k in self.key:
             v = named.get(k)
@@ -129,10 +138,14 @@ class Definition:
         if any(hasattr(v, "dtype") for n, v in named.items() if n not in self.dtype_args):
             return None  # a tensor where the first call had none: Triton's key has other parts
         for a in self.dtype_args:
-            dt = getattr(named.get(a), "dtype", None)
-            if not isinstance(dt, torch.dtype):
+            v = named.get(a)
+            dt = getattr(v, "dtype", None)
+            if v is None:
+                out[dtype_axis(a)] = NO_TENSOR
+            elif isinstance(dt, torch.dtype):
+                out[dtype_axis(a)] = str(dt).removeprefix("torch.")
+            else:
                 return None
-            out[dtype_axis(a)] = str(dt).removeprefix("torch.")
         return out
 
 
@@ -168,7 +181,8 @@ def kernel_def(defn: Definition) -> UndeclaredKernel:
         make_inputs=not_declared, reference=not_declared, launch=not_declared,
         axes_of=not_declared, bytes_moved=work_of, rules=configs_rule(list(defn.configs)),
         tolerance=lambda axes: max([dtype_rtol(getattr(torch, str(axes[dtype_axis(a)]), torch.float32))
-                                    for a in defn.dtype_args if dtype_axis(a) in axes]
+                                    for a in defn.dtype_args
+                                    if axes.get(dtype_axis(a), NO_TENSOR) != NO_TENSOR]
                                    or [DTYPE_RTOL[torch.float32]]),
         space=[dict(c) for c in defn.configs], module=defn.module)
 

@@ -24,6 +24,7 @@ import atexit
 import builtins
 import enum
 import logging
+import math
 import os
 import statistics
 import sys
@@ -41,8 +42,8 @@ from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, config_key, configs_rule,
                                        params_from_configs, source_hash_of, work_distance)
-from kernelsearch.kernels.undeclared import (Definition, UndeclaredKernel, kernel_def, work_of,
-                                             written_mismatches)
+from kernelsearch.kernels.undeclared import (Definition, UndeclaredKernel, kernel_def, tensor_args,
+                                             work_of, written_mismatches)
 
 from .views import case_work_or_none
 
@@ -606,7 +607,8 @@ class Autotuner(TritonAutotuner):
             return None
         pruned = self.prune_configs(kwargs)
         by_key = {config_key(config_dict(c)): c for c in pruned}
-        stored = {k: float(v) for k, v in (found.timings or {}).items() if k in by_key}
+        stored = {k: (math.inf if v is None else float(v))
+                  for k, v in (found.timings or {}).items() if k in by_key}
         winner = config_key(found.config)
         if winner in by_key and len(stored) == len(by_key):
             return res
@@ -882,7 +884,7 @@ class Autotuner(TritonAutotuner):
         defn = Definition(
             name=self.kernel_name or f"{module}.{qualname}", module=module, qualname=qualname,
             arg_names=tuple(self.arg_names), key=tuple(k for k in self.keys if k in named),
-            dtype_args=tuple(n for n, v in named.items() if hasattr(v, "dtype")),
+            dtype_args=tensor_args(named, tuple(self.keys)),
             configs=tuple(config_dict(c) for c in self.configs), source_hash=source_hash,
             description=(base.__doc__ or "").strip().split("\n")[0][:200])
         und = kernel_def(defn)
@@ -1013,8 +1015,9 @@ def _undeclared_record(und: UndeclaredKernel, case: CaseKey, config: Config,
         latency_iqr_us=abs(p80 - p20) * 1e3,
         timing_method="interpreter-wallclock" if interp else "triton-do-bench",
         rel_error=rel_error, n_trials=len(q),
-        config_timings={config_key(config_dict(c)): t[0] * 1e3 for c, t in q.items()
-                        if t[0] == t[0] and t[0] != float("inf")})
+        # A config that failed to build or run here is measured too (None): not measured again.
+        config_timings={config_key(config_dict(c)): (t[0] * 1e3 if math.isfinite(t[0]) else None)
+                        for c, t in q.items()})
 
 
 def _wallclock_bench(kernel_call: Callable[[], Any], quantiles: Sequence[float] = (0.5, 0.2, 0.8),

@@ -222,3 +222,36 @@ def test_pre_and_post_hooks_come_in_pairs() -> None:
     torch.testing.assert_close(y, x)
     # One pre and one post per benchmarked config, then Triton's reset before the real launch.
     assert events.count("pre") == events.count("post") == 3 and events[-1] == "reset"
+
+
+def test_an_optional_tensor_passed_as_none_keys_its_own_record(sqlite_store, monkeypatch) -> None:
+    """A library calls one kernel with an optional tensor and, elsewhere, with None (Triton's key
+    then lacks that dtype): both calls are keyed, shared and served."""
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+
+    @kernelsearch.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"],
+                           do_bench=lambda fn, quantiles=None: (fn(), [1.0, 1.0, 1.0])[1])
+    @triton.jit
+    def maybe_gated(x_ptr, g_ptr, y_ptr, n, HAS_G: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m)
+        if HAS_G:
+            x = x * tl.load(g_ptr + offs, mask=m)
+        tl.store(y_ptr + offs, x, mask=m)
+
+    x, g, y = torch.randn(40), torch.randn(40), torch.empty(40)
+    grid = lambda meta: (triton.cdiv(40, meta["BLOCK"]),)  # noqa: E731
+    maybe_gated[grid](x, g, y, 40, HAS_G=True)
+    torch.testing.assert_close(y, x * g)
+    maybe_gated[grid](x, None, y, 40, HAS_G=False)
+    torch.testing.assert_close(y, x)
+    at.BACKENDS.drain(20)
+    recs = sqlite_store.list_records(kernel=maybe_gated.undeclared.name)
+    assert sorted(r.axes["g_ptr.dtype"] for r in recs) == ["float32", "none"]
+    # A fresh resolution of both keys is served from the store, no benchmark.
+    maybe_gated.forget()
+    at.BACKENDS.reset()
+    maybe_gated[grid](x, g, y, 40, HAS_G=True)
+    maybe_gated[grid](x, None, y, 40, HAS_G=False)
+    assert set(maybe_gated.sources.values()) == {Source.STORE}

@@ -428,10 +428,10 @@ def test_index_links_kernel_pages_and_filters(sqlite_store: Store) -> None:
         assert c.get("/", params={"kernel": "nope"}).status_code == 404
 
 
-def test_jobs_page_filters_and_pages(sqlite_store: Store) -> None:
-    ids = _fill(sqlite_store)
-    more = [sqlite_store.create_job(KA, [{"total_patches": 4 + i}], 1, "random").id for i in range(52)]
-    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+def test_jobs_page_filters_and_pages(store: Store) -> None:
+    ids = _fill(store)
+    more = [store.create_job(KA, [{"total_patches": 4 + i}], 1, "random").id for i in range(52)]
+    with TestClient(create_app(settings_for(store.url), store=store)) as c:
         def job_ids(html: str) -> list[int]:
             return [int(m) for m in re.findall(r'<tr data-job="(\d+)"', html)]
 
@@ -459,34 +459,34 @@ def _shipped() -> dict:
     return json.loads((Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json").read_text())
 
 
-def test_shipped_records_have_meaningful_study_names_and_no_dead_links(sqlite_store: Store) -> None:
+def test_shipped_records_have_meaningful_study_names_and_no_dead_links(store: Store) -> None:
     doc = _shipped()
     for r in doc["records"]:
         number = kernels.get_kernel(r["kernel"]).suite_case_of(r["axes"]).number
         assert r["study_name"] == f"h200/{r['kernel']}/case{number}"
-    sqlite_store.import_records(doc)
+    store.import_records(doc)
     first = doc["records"][0]
     url = "/case?" + urlencode({"kernel": first["kernel"], "device": first["device"], **first["axes"]})
-    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+    with TestClient(create_app(settings_for(store.url), store=store)) as c:
         html = c.get(url).text
         assert f"<code>{first['study_name']}</code>" in html and html.count(first["study_name"]) == 1
         assert "optuna-link" not in html and 'id="no-study-here"' in html  # not in this database
-        _optuna_study(sqlite_store.url, first["study_name"])
+        _optuna_study(store.url, first["study_name"])
         html = c.get(url).text
         assert 'class="optuna-link"' in html and "no-study-here" not in html
 
 
-def test_drift_is_against_the_devices_workers(sqlite_store: Store) -> None:
+def test_drift_is_against_the_devices_workers(store: Store) -> None:
     """Shipped H200 records are not marked while no H200 worker has reported; once one has,
     records tuned under other versions are."""
-    sqlite_store.import_records(_shipped())
-    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+    store.import_records(_shipped())
+    with TestClient(create_app(settings_for(store.url), store=store)) as c:
         assert 'class="drift"' not in c.get("/").text
-        sqlite_store.ensure_device({"name": H200, WORKER_VERSIONS: {"torch": "2.11.0+cu130", "triton": "3.6.0"}})
+        store.ensure_device({"name": H200, WORKER_VERSIONS: {"torch": "2.11.0+cu130", "triton": "3.6.0"}})
         assert 'class="drift"' not in c.get("/").text  # the same versions as the records'
-        sqlite_store.ensure_device({"name": H200, WORKER_VERSIONS: {"torch": "2.12.0+cu130", "triton": "3.6.0"}})
+        store.ensure_device({"name": H200, WORKER_VERSIONS: {"torch": "2.12.0+cu130", "triton": "3.6.0"}})
         # A record written afterwards (its device_info says nothing of versions) keeps the report.
-        sqlite_store.upsert_best(record(KB, {"seq_len": 5}, 3.0, torch_version="2.12.0+cu130",
+        store.upsert_best(record(KB, {"seq_len": 5}, 3.0, torch_version="2.12.0+cu130",
                                         device_info={"name": H200, "compute_capability": "9.0"}))
         html = c.get("/").text
         assert html.count('class="drift"') == 32 and "⚠ torch 2.11.0+cu130" in html

@@ -589,6 +589,11 @@ def test_bench_has_no_reference_columns_without_a_torch_reference() -> None:
     assert "declares no torch_reference" in format_table(rep)
 
 
+def _fits(page) -> bool:
+    """No part of the page is wider than the window (nothing to scroll sideways for)."""
+    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
 @pytest.mark.browser
 def test_kernel_jobs_and_case_pages_in_headless_chromium(sqlite_store: Store) -> None:
     """The kernel page (tune from it with the token), the jobs page (filter) and a case page
@@ -608,6 +613,7 @@ def test_kernel_jobs_and_case_pages_in_headless_chromium(sqlite_store: Store) ->
             page.locator(f"footer a[href='/kernels/{KB}']").click()
             page.wait_for_selector("#tune-form")
             assert page.locator("#charts svg").count() >= 2
+            assert _fits(page)
             page.screenshot(path=str(ARTIFACTS / "dashboard-kernel.png"), full_page=True)
             # A suite case without a record: its tune link preselects it, the commands follow.
             row = page.locator("#cases tbody tr", has_text="no record").first
@@ -643,6 +649,7 @@ def test_kernel_jobs_and_case_pages_in_headless_chromium(sqlite_store: Store) ->
             page.wait_for_url("**/jobs?status=failed*")
             page.wait_for_selector("body[data-jobs-polled]", timeout=15_000)
             assert [r.get_attribute("data-job") for r in page.locator("#jobs-body tr").all()] == [str(ids["failed"])]
+            assert _fits(page)
             page.screenshot(path=str(ARTIFACTS / "dashboard-jobs.png"), full_page=True)
 
             # A shipped case page: one numbering, the best marked, sorted by latency on a click.
@@ -661,6 +668,7 @@ def test_kernel_jobs_and_case_pages_in_headless_chromium(sqlite_store: Store) ->
             lat = page.locator("#trials tbody tr td:nth-child(4)").evaluate_all(
                 "ts => ts.map(t => t.dataset.value).filter(v => v !== '').map(Number)")
             assert lat == sorted(lat, reverse=True)
+            assert _fits(page)
             page.screenshot(path=str(ARTIFACTS / "dashboard-case-sorted.png"), full_page=True)
             assert not errors, errors
             assert not outside, outside

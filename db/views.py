@@ -18,8 +18,12 @@ from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
 __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
     "TrialIn", "RecordView", "ImportReport", "RECORD_KEY_FIELDS", "RECORD_COLUMNS", "VIEW_COLUMNS",
-    "field_specs",
+    "field_specs", "WORKER_VERSIONS",
 ]
+
+# The key of a device's info (ks_devices.info) under which a worker reports the torch and triton
+# versions it tunes with; the dashboard compares a record's versions with them.
+WORKER_VERSIONS = "worker_versions"
 
 
 def _iso(v: Any) -> Any:

@@ -70,7 +70,9 @@ def bench_cases(kernel: KernelDef, cases: Sequence[Axes], *,
             dflt = (t if cfg == kernel.default_config
                     else measure_config(kernel, axes, kernel.default_config, n=n, device=device)).as_dict()
         eager = compiled = None
-        if references:
+        # Without a declared torch_reference there is no PyTorch path to compare with (timing
+        # the float64 reference would give a meaningless speedup): the columns stay empty.
+        if references and kernel.torch_reference is not None:
             eager = measure_reference(kernel, axes, n=n, device=device).as_dict()
             try:
                 compiled = measure_reference(kernel, axes, compiled=True, n=n, device=device).as_dict()
@@ -96,6 +98,8 @@ def bench_cases(kernel: KernelDef, cases: Sequence[Axes], *,
         "method": rows[0].triton["method"] if rows else None,
         "n_calls": n,
         "copy_bandwidth_Bps": bandwidth,
+        "references": references and kernel.torch_reference is not None,
+        "no_torch_reference": kernel.torch_reference is None,
         "rows": [r.__dict__ for r in rows],
         "suite_mean_us": _means(rows),
     }
@@ -133,6 +137,9 @@ def format_table(report: Mapping[str, Any]) -> str:
     m = report["suite_mean_us"]
     lines.append(f"{report['kernel']:<32} {'mean':>4} {'':<22} {f(m['eager'], 9)} {f(m['compile'], 9)} "
                  f"{f(m.get('default'), 9)} {f(m['triton'], 9)} {'':>6} {f(m['roofline'], 7)}")
+    if report.get("references") is False and report.get("no_torch_reference"):
+        lines.append(f"{report['kernel']}: no eager or compile column: the kernel declares no "
+                     "torch_reference (its float64 reference is for correctness only)")
     return "\n".join(lines)
 
 

@@ -198,6 +198,18 @@ for _name in _RETRIED_STORAGE_CALLS:
     setattr(RetryingRDBStorage, _name, _retried(_name))
 
 
+def _with_versions(runner: Any) -> dict[str, Any]:
+    """The runner's device info with the torch and triton versions its child reported, which
+    the dashboard compares records with."""
+    from kernelsearch.db.views import WORKER_VERSIONS
+
+    info = dict(runner.device_info)
+    reported = getattr(runner, "versions", None) or {}
+    if reported:
+        info[WORKER_VERSIONS] = {k: reported.get(k) for k in ("torch", "triton")}
+    return info
+
+
 def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None,
                  retry_s: float = 30.0) -> RDBStorage:
     """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and
@@ -462,7 +474,7 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
             # The child's device (known once it started), else this process's.
             info = getattr(runner, "device_info", None) or {}
             measure_n = default_repeats(info.get("interpreter"))
-        store.ensure_device(runner.device_info)
+        store.ensure_device(_with_versions(runner))
         sname = o.name or study_name(kernel, axes, device)
         storage = storage or make_storage(storage_url, heartbeat_s=o.heartbeat_s)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",

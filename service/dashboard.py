@@ -1,5 +1,6 @@
-"""The dashboard's pages: records per kernel and device, a page per case (its trials), a page
-per job, live jobs with cancel (routers/dashboard.py serves them).
+"""The dashboard's pages: records per kernel and device, a page per kernel (its cases per device
+and a tune action), a page per case (its trials), the jobs (filtered, paginated) and a page per
+job, live jobs with cancel (routers/dashboard.py serves them).
 
 Rendered on the server with Jinja2 (autoescaping on, so a record or job holding markup shows as
 text) and inline SVG charts that scale to the page; the only script is a vendored file that
@@ -8,13 +9,14 @@ polls /v1/jobs, writes with textContent and cancels jobs with the bearer token t
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
@@ -23,10 +25,11 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from kernelsearch import kernels
 from kernelsearch.db.interfaces import ServiceStore
 
+from kernelsearch.db.statuses import ACTIVE_STATUSES, JOB_STATUSES
+from kernelsearch.db.views import WORKER_VERSIONS
+
 from .charts import PALETTE, Series, make_chart, microseconds
 from .settings import Settings
-from kernelsearch.db.statuses import ACTIVE_STATUSES
-
 from .views import case_work_or_none, current_versions, job_json, record_json
 
 _env = Environment(
@@ -36,10 +39,17 @@ _env = Environment(
     lstrip_blocks=True,
 )
 _env.filters["us"] = lambda v: "" if v is None else microseconds(float(v))
+_env.filters["segment"] = lambda v: quote(str(v), safe="")
+
+JOBS_PER_PAGE = 50
+# The newest jobs the index page shows (all of them are on /jobs).
+RECENT_JOBS = 5
 
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
-VERSION_FIELDS = (("torch", "torch"), ("triton", "triton"), ("source_hash", "kernel source"))
+# What a record's versions are compared with: torch and triton with what the device's workers
+# reported, the kernel's source with this server's code (which its workers run).
+WORKER_FIELDS = (("torch", "torch"), ("triton", "triton"))
 
 
 class PageError(Exception):
@@ -58,10 +68,22 @@ def _axes_label(axes: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(axes.items()))
 
 
+def _kernel_or_none(name: str | None) -> kernels.KernelDef | None:
+    try:
+        return kernels.get_kernel(name) if name else None
+    except KeyError:
+        return None
+
+
 def case_url(kernel: str, device: str, axes: dict[str, Any], **extra: Any) -> str:
     """The case page of (kernel, device, axes); extra query arguments (job, failed) filter it."""
     q = {"kernel": kernel, "device": device, **axes, **{k: v for k, v in extra.items() if v}}
     return "/case?" + urlencode(q)
+
+
+def kernel_url(kernel: str, **query: Any) -> str:
+    """The kernel's page; query arguments (a case's axes) preselect the case to tune."""
+    return f"/kernels/{quote(kernel, safe='')}" + ("?" + urlencode(query) if query else "")
 
 
 def _times(latency: float | None, factor: float | None) -> float | None:
@@ -70,36 +92,77 @@ def _times(latency: float | None, factor: float | None) -> float | None:
     return latency * factor
 
 
-def version_drift(record: dict[str, Any]) -> list[dict[str, str]]:
-    """What the record was tuned under that differs from this server (torch, triton, the
-    kernel's source); empty when the same, or when the server no longer has the kernel."""
-    try:
-        current = current_versions(record["kernel"])
-    except KeyError:
-        return []
+def reported_versions(store: ServiceStore) -> dict[str, dict[str, Any]]:
+    """The torch and triton versions each device's workers last reported (by device name);
+    a device no worker has tuned on here is absent."""
+    out = {}
+    for d in store.list_devices():
+        got = (d.get("info") or {}).get(WORKER_VERSIONS)
+        if isinstance(got, dict):
+            out[str(d["name"])] = got
+    return out
+
+
+def version_drift(record: dict[str, Any], reported: Mapping[str, Mapping[str, Any]]
+                  ) -> list[dict[str, str]]:
+    """What the record was tuned under that differs from what runs now: torch and triton
+    against the versions the record's device's workers reported (nothing when none has), the
+    kernel's source against this server's; empty when the server no longer has the kernel."""
     tuned = record.get("versions") or {}
-    return [{"name": label, "tuned": str(tuned.get(key) or "?"), "server": str(current.get(key) or "?")}
-            for key, label in VERSION_FIELDS if tuned.get(key) != current.get(key)]
+    out = []
+    workers = reported.get(record.get("device") or "")
+    for key, label in WORKER_FIELDS if workers else ():
+        now = workers.get(key) if workers else None
+        if now and tuned.get(key) != now:
+            out.append({"name": label, "tuned": str(tuned.get(key) or "?"), "now": str(now),
+                        "where": "the device's workers"})
+    try:
+        source = current_versions(record["kernel"])["source_hash"]
+    except KeyError:
+        return out
+    if tuned.get("source_hash") != source:
+        out.append({"name": "kernel source", "tuned": str(tuned.get("source_hash") or "?"),
+                    "now": str(source or "?"), "where": "this server"})
+    return out
 
 
-def _decorate(r: dict[str, Any]) -> dict[str, Any]:
+def has_torch_reference(kernel: str | None) -> bool:
+    """Whether a record's eager and torch.compile times are of a PyTorch path the kernel
+    declares: without one they timed the float64 reference (or nothing), so no speedup is shown.
+    A kernel this server does not have is taken at its record's word."""
+    k = _kernel_or_none(kernel)
+    return k is None or k.torch_reference is not None
+
+
+def _decorate(r: dict[str, Any], reported: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     lat = r.get("latency_us")
     r["work"] = case_work_or_none(r["kernel"], r["case"])
-    r["eager_us"] = r.get("eager_latency_us") or _times(lat, r.get("speedup_eager"))
-    r["compile_us"] = r.get("compile_latency_us") or _times(lat, r.get("speedup_compile"))
+    r["has_reference"] = has_torch_reference(r["kernel"])
+    if r["has_reference"]:
+        r["eager_us"] = r.get("eager_latency_us") or _times(lat, r.get("speedup_eager"))
+        r["compile_us"] = r.get("compile_latency_us") or _times(lat, r.get("speedup_compile"))
+    else:
+        r["eager_us"] = r["compile_us"] = r["speedup_eager"] = r["speedup_compile"] = None
     pct = r.get("roofline_pct")
     r["roofline_us"] = lat * pct / 100 if lat is not None and pct else None
     r["case_label"] = _axes_label(r["case"])
     r["case_url"] = case_url(r["kernel"], r["device"], r["case"])
-    r["drift"] = version_drift(r)
+    r["drift"] = version_drift(r, reported)
     return r
 
 
-def _groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _tick_label(axes: dict[str, Any]) -> str:
+    """A case on a chart's x axis: the values of all its axes (the axis names are in the
+    axis title)."""
+    return ",".join(str(v) for _, v in sorted(axes.items()))
+
+
+def _groups(records: list[dict[str, Any]], reported: Mapping[str, Mapping[str, Any]]
+            ) -> list[dict[str, Any]]:
     """Records per (kernel, device), sorted by work, each with its chart."""
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
-        by_key[(r["kernel"], r["device"])].append(_decorate(r))
+        by_key[(r["kernel"], r["device"])].append(_decorate(r, reported))
     out = []
     for (kernel, device), rows in sorted(by_key.items()):
         rows.sort(key=lambda r: (r["work"] is None, r["work"] or 0, r["case_label"]))
@@ -117,29 +180,34 @@ def _groups(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             s.titles = [f"{s.name} {r['case_label']}: {microseconds(y)}" if y is not None else ""
                         for r, (_, y) in zip(rows, s.points)]
         step = max(1, len(rows) // 12)
+        names = sorted({k for r in rows for k in r["case"]})
         chart = make_chart(series, title=f"Latency per case: {kernel} on {device}",
-                           y_label="latency", x_label="case (by work)", y_format=microseconds,
-                           x_ticks=[(i, rows[i]["case_label"].split("=")[-1])
+                           y_label="latency", x_label=f"case ({', '.join(names)}), by work",
+                           y_format=microseconds,
+                           x_ticks=[(i, _tick_label(rows[i]["case"]))
                                     for i in range(0, len(rows), step)])
         out.append({"kernel": kernel, "device": device, "rows": rows, "chart": chart,
-                    "n_drift": sum(1 for r in rows if r["drift"])})
+                    "kernel_url": kernel_url(kernel) if _kernel_or_none(kernel) else None,
+                    "n_drift": sum(1 for r in rows if r["drift"]),
+                    "has_reference": all(r["has_reference"] for r in rows)})
     return out
 
 
 def _history_chart(trials: list[dict[str, Any]], title: str) -> Any:
     points, best_pts = [], []
     best = math.inf
-    for i, t in enumerate(trials):
+    for t in trials:
+        i = t["n"]
         lat = t.get("latency_median_us")
-        ok = lat is not None and str(t.get("state", "")).lower() == "complete"
+        ok = lat is not None and not t["failed"]
         points.append((i, lat if ok else None))
         if ok and lat is not None:
             best = min(best, float(lat))
         best_pts.append((i, best if math.isfinite(best) else None))
-    titles = [f"trial {t.get('trial_number')}: " + (microseconds(t["latency_median_us"])
+    titles = [f"trial {t['n']}: " + (microseconds(t["latency_median_us"])
               if t.get("latency_median_us") is not None else str(t.get("failure_kind") or t.get("state")))
               for t in trials]
-    failed = [(i, titles[i]) for i, (_, y) in enumerate(points) if y is None]
+    failed = [(i, titles[k]) for k, (i, y) in enumerate(points) if y is None]
     return make_chart([Series("trial latency", points, PALETTE[0], line=False, titles=titles),
                        Series("best so far", best_pts, PALETTE[2], dots=False, step=True)],
                       title=title, y_label="latency", x_label="trial", y_format=microseconds,
@@ -155,6 +223,26 @@ def _trial_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         t["failed"] = _failed(t)
         t["job_url"] = f"/jobs/{t['job_id']}" if t.get("job_id") is not None else None
     return trials
+
+
+def _number_trials(trials: list[dict[str, Any]]) -> dict[str, int]:
+    """One numbering for a case's chart and its table: 0.. over the case's trials in study
+    then Optuna-number order (a case may have several studies, and Optuna's own numbers have
+    gaps where another case's trials were stored); marks the fastest complete trial as best.
+    Returns each study's index (1..) by name."""
+    studies: dict[str, int] = {}
+    best: dict[str, Any] | None = None
+    for i, t in enumerate(_trial_rows(trials)):
+        t["n"] = i
+        t["best"] = False
+        name = str(t.get("study_name") or "")
+        t["study_index"] = studies.setdefault(name, len(studies) + 1)
+        lat = t.get("latency_median_us")
+        if not t["failed"] and lat is not None and (best is None or lat < best["latency_median_us"]):
+            best = t
+    if best is not None:
+        best["best"] = True
+    return studies
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -195,6 +283,7 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
     j["best_us"] = min(found) if found else None
     j["can_cancel"] = j.get("status") in ACTIVE_STATUSES
     j["url"] = f"/jobs/{j['id']}"
+    j["kernel_url"] = kernel_url(str(j.get("kernel") or ""))
     return j
 
 
@@ -209,10 +298,7 @@ def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int 
         raise PageError(422, "a case page needs kernel, device and the case's axes")
     if any(ord(ch) < 32 for ch in device):
         raise PageError(422, "device: control characters are not allowed")
-    try:
-        k = kernels.get_kernel(kernel)
-    except KeyError:
-        raise PageError(404, f"no kernel {kernel!r}") from None
+    k = _get_kernel(kernel)
     try:
         axes = k.validate_axes(q)
     except ValueError as exc:
@@ -222,28 +308,49 @@ def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int 
     return k.name, device, axes, int(job) if job is not None else None, failed == "1"
 
 
+def _get_kernel(name: str) -> kernels.KernelDef:
+    k = _kernel_or_none(name)
+    if k is None:
+        raise PageError(404, f"no kernel {name!r}")
+    return k
+
+
+def _study_links(store: ServiceStore, settings: Settings, names: list[str]) -> list[dict[str, Any]]:
+    """Each study by name, with a link to optuna-dashboard only where the study is in this
+    database's Optuna storage (an imported record names a study of another database)."""
+    sidecar = settings.optuna_dashboard_url.rstrip("/")
+    here = store.optuna_studies(names)
+    return [{"name": s, "url": f"{sidecar}/ks/study?" + urlencode({"name": s}) if s in here else None}
+            for s in names]
+
+
 def render_case(store: ServiceStore, settings: Settings, query: Mapping[str, str]) -> str:
     """The case page; `query` holds kernel, device, the case's axes, and the job/failed filters."""
     kernel, device, axes, job, failed_only = _case_args(query)
     label = _axes_label(axes)
-    records = [_decorate(record_json(r)) for r in store.record_history(kernel, device, axes)]
+    reported = reported_versions(store)
+    records = [_decorate(record_json(r), reported) for r in store.record_history(kernel, device, axes)]
     current = next((r for r in records if r.get("is_current")), None)
     trials = [_as_dict(t) for t in store.trial_summaries(kernel, device, axes)]
     trials.sort(key=lambda t: (str(t.get("study_name") or ""), t.get("trial_number") or 0))
+    study_index = _number_trials(trials)
     chart = _history_chart(trials, f"Optimisation history: {kernel} {label} on {device}")
     shown = [t for t in trials if (job is None or t.get("job_id") == job)
-             and (not failed_only or _failed(t))]
-    studies = sorted({str(t["study_name"]) for t in trials if t.get("study_name")}
-                     | ({current["study_name"]} if current and current.get("study_name") else set()))
-    sidecar = settings.optuna_dashboard_url.rstrip("/")
+             and (not failed_only or t["failed"])]
+    names = sorted(set(study_index) - {""}
+                   | ({current["study_name"]} if current and current.get("study_name") else set()))
+    studies = _study_links(store, settings, names)
+    for s in studies:
+        s["index"] = study_index.get(s["name"])
     return _env.get_template("case.html").render(
-        kernel=kernel, device=device, axes=axes, label=label, record=current,
-        records=records, chart=chart, trials=_trial_rows(shown), n_trials=len(trials),
-        n_failed=sum(1 for t in trials if _failed(t)), job=job, failed_only=failed_only,
+        kernel=kernel, kernel_url=kernel_url(kernel), device=device, axes=axes, label=label,
+        record=current, records=records, chart=chart, trials=shown, n_trials=len(trials),
+        n_failed=sum(1 for t in trials if t["failed"]), job=job, failed_only=failed_only,
         all_url=case_url(kernel, device, axes) + "#trials",
         failed_url=case_url(kernel, device, axes, failed=1) + "#trials",
-        studies=[{"name": s, "url": f"{sidecar}/ks/study?" + urlencode({"name": s})} for s in studies],
-        sidecar=sidecar)
+        tune_url=kernel_url(kernel, **axes) + "#tune",
+        studies=studies, several_studies=len(study_index) > 1,
+        sidecar=settings.optuna_dashboard_url.rstrip("/"))
 
 
 def render_job(store: ServiceStore, settings: Settings, job_id: int) -> str:
@@ -264,17 +371,146 @@ def render_job(store: ServiceStore, settings: Settings, job_id: int) -> str:
 
 
 def _cancel_enabled(settings: Settings) -> bool:
-    # Cancelling from the page needs the service's token: without one, writes have no guard.
+    # Writing from the page (cancel, tune) needs the service's token: without one, writes have
+    # no guard.
     return settings.api_token is not None
 
 
-def render(store: ServiceStore, settings: Settings, embedded_worker: bool) -> str:
-    groups = _groups([record_json(r) for r in store.list_records()])
+def _one(query: Mapping[str, str], name: str) -> str | None:
+    v = query.get(name)
+    if v is not None and any(ord(ch) < 32 for ch in v):
+        raise PageError(422, f"{name}: control characters are not allowed")
+    return v or None
+
+
+def render(store: ServiceStore, settings: Settings, embedded_worker: bool,
+           query: Mapping[str, str] | None = None) -> str:
+    """The index: records per kernel and device (`kernel=` keeps one kernel's), the kernels,
+    and a short summary of the jobs (all of them are on /jobs)."""
+    kernel = _one(query or {}, "kernel")
+    records = [record_json(r) for r in store.list_records(kernel=kernel)]
+    if kernel is not None and not records and _kernel_or_none(kernel) is None:
+        raise PageError(404, f"no kernel {kernel!r}")
+    groups = _groups(records, reported_versions(store))
     now = datetime.now(timezone.utc)
-    jobs = [job_row(job_json(j), now) for j in store.list_jobs(limit=20)]
+    jobs = [job_row(job_json(j), now) for j in store.list_jobs(limit=RECENT_JOBS)]
+    counts = [(s, store.count_jobs(s)) for s in JOB_STATUSES]
+    n_records: dict[str, int] = defaultdict(int)
+    for r in store.list_records():
+        n_records[r.kernel] += 1
+    known = [{"name": k.name, "url": kernel_url(k.name), "n_cases": len(k.cases),
+              "n_records": n_records.get(k.name, 0), "description": k.description}
+             for k in kernels.all_kernels().values()]
     return _env.get_template("dashboard.html").render(
-        groups=groups, jobs=jobs, kernels=list(kernels.all_kernels().values()),
-        cancel=_cancel_enabled(settings), embedded_worker=embedded_worker)
+        groups=groups, jobs=jobs, counts=[c for c in counts if c[1]], n_jobs=sum(n for _, n in counts),
+        recent=RECENT_JOBS, kernel=kernel, kernels=known, cancel=_cancel_enabled(settings),
+        embedded_worker=embedded_worker)
+
+
+def _samplers() -> tuple[str, ...]:
+    try:
+        from kernelsearch.search_space.tuner import SAMPLERS
+    except ImportError:
+        return ("tpe",)
+    return tuple(SAMPLERS)
+
+
+def _tune_commands(base_url: str, kernel: str, axes: dict[str, Any] | None, n_trials: int,
+                   token: bool) -> tuple[str, str]:
+    """The curl line that queues the job the form would, and the CLI line that tunes here."""
+    body = json.dumps({"kernel": kernel, "cases": [axes] if axes else "all", "n_trials": n_trials,
+                       "sampler": "tpe"})
+    auth = ' -H "Authorization: Bearer $KS_API_TOKEN"' if token else ""
+    curl = (f"curl -X POST {base_url.rstrip('/')}/v1/jobs -H 'Content-Type: application/json'"
+            f"{auth} -d '{body}'")
+    which = f"--case {','.join(f'{k}={v}' for k, v in axes.items())}" if axes else "--all"
+    return curl, f"kernelsearch tune {kernel} {which} --trials {n_trials}"
+
+
+def render_kernel(store: ServiceStore, settings: Settings, name: str, query: Mapping[str, str],
+                  base_url: str) -> str:
+    """One kernel: its axes and parameters, the devices with its records, each case's best
+    record per device, a latency chart per device, and the tune action (query arguments that
+    are the kernel's axes preselect the case to tune)."""
+    k = _get_kernel(name)
+    chosen = None
+    if query:
+        try:
+            chosen = k.validate_axes(dict(query))
+        except ValueError as exc:
+            raise PageError(422, f"axes: {exc}") from None
+    reported = reported_versions(store)
+    groups = _groups([record_json(r) for r in store.list_records(kernel=k.name)], reported)
+    devices = [g["device"] for g in groups]
+    info = {d["name"]: d for d in store.list_devices()}
+    device_rows = [{"name": g["device"], "n_records": len(g["rows"]), "n_drift": g["n_drift"],
+                    "compute_capability": (info.get(g["device"]) or {}).get("compute_capability"),
+                    "interpreter": (info.get(g["device"]) or {}).get("interpreter"),
+                    "reported": reported.get(g["device"])} for g in groups]
+    best = {(g["device"], tuple(sorted(r["case"].items()))): r for g in groups for r in g["rows"]}
+    cases: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for c in k.cases:
+        cases[tuple(sorted(c.axes.items()))] = {"number": c.number, "axes": dict(c.axes)}
+    for g in groups:
+        for r in g["rows"]:
+            cases.setdefault(tuple(sorted(r["case"].items())), {"number": None, "axes": r["case"]})
+    if chosen is not None:
+        cases.setdefault(tuple(sorted(chosen.items())), {"number": None, "axes": chosen})
+    rows = []
+    for key, c in cases.items():
+        c["label"] = _axes_label(c["axes"])
+        c["work"] = case_work_or_none(k, c["axes"])
+        c["records"] = [best.get((d, key)) for d in devices]
+        c["tune_url"] = kernel_url(k.name, **c["axes"]) + "#tune"
+        c["value"] = json.dumps(c["axes"], sort_keys=True)
+        c["selected"] = chosen is not None and dict(chosen) == dict(c["axes"])
+        rows.append(c)
+    rows.sort(key=lambda c: (c["number"] is None, c["number"] or 0, c["work"] or 0, c["label"]))
+    n_trials = min(32, settings.max_trials_per_job)
+    curl, cli = _tune_commands(base_url, k.name, chosen, n_trials, settings.api_token is not None)
+    return _env.get_template("kernel.html").render(
+        k=k.describe(), has_reference=k.torch_reference is not None, groups=groups,
+        devices=device_rows, cases=rows, any_chosen=chosen is not None, n_trials=n_trials,
+        max_trials=settings.max_trials_per_job, samplers=_samplers(), curl=curl, cli=cli,
+        base_url=base_url.rstrip("/"), cancel=_cancel_enabled(settings), n_suite=len(k.cases))
+
+
+def _page_number(v: str | None) -> int:
+    if v is None:
+        return 1
+    if not (v.isascii() and v.isdigit()) or int(v) < 1 or len(v) > 9:
+        raise PageError(422, f"page: expected a page number from 1, got {v!r}")
+    return int(v)
+
+
+def render_jobs(store: ServiceStore, settings: Settings, query: Mapping[str, str]) -> str:
+    """Every job, newest first, by status and kernel, a page at a time."""
+    status, kernel = _one(query, "status"), _one(query, "kernel")
+    if status is not None and status not in JOB_STATUSES:
+        raise PageError(422, f"status: unknown {status!r}; known: {', '.join(JOB_STATUSES)}")
+    if kernel is not None and len(kernel) > 200:
+        raise PageError(422, "kernel: at most 200 characters")
+    page = _page_number(query.get("page"))
+    jobs, total = store.page_jobs(status, kernel, offset=(page - 1) * JOBS_PER_PAGE,
+                                  limit=JOBS_PER_PAGE)
+    n_pages = max(1, math.ceil(total / JOBS_PER_PAGE))
+    if page > n_pages:
+        raise PageError(404, f"page {page}: there are {n_pages} pages of jobs")
+    now = datetime.now(timezone.utc)
+
+    def url(p: int) -> str:
+        q = {k: v for k, v in (("status", status), ("kernel", kernel)) if v}
+        return "/jobs" + ("?" + urlencode({**q, **({"page": p} if p > 1 else {})}) if q or p > 1 else "")
+
+    poll = None
+    if page == 1 and kernel is None:
+        poll = f"/v1/jobs?limit={JOBS_PER_PAGE}" + (f"&status={status}" if status else "")
+    names = sorted(set(kernels.all_kernels()) | ({kernel} if kernel else set()))
+    return _env.get_template("jobs.html").render(
+        jobs=[job_row(job_json(j), now) for j in jobs], total=total, page=page, n_pages=n_pages,
+        newer=url(page - 1) if page > 1 else None, older=url(page + 1) if page < n_pages else None,
+        status=status, kernel=kernel, statuses=JOB_STATUSES, kernels=names, poll=poll,
+        cancel=_cancel_enabled(settings))
 
 
 async def page(fn: Any, *args: Any) -> HTMLResponse:

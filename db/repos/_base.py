@@ -23,6 +23,7 @@ from ..checks import axes_key
 from ..engine import make_engine, retrying, translate_errors
 from ..errors import Conflict
 from ..models import Case, Counter, Device, Kernel, utcnow
+from ..views import WORKER_VERSIONS
 
 _RETRIES = 6
 T = TypeVar("T")
@@ -126,6 +127,11 @@ class RepoBase:
     def _device_id(self, s: Session, name: str, info: dict[str, Any] | None) -> int:
         now = utcnow()
         values: dict[str, Any] = {"name": name, "first_seen_at": now, "last_seen_at": now}
+        if info and WORKER_VERSIONS not in info:
+            # A record's device_info does not carry what a worker reported: keep the last report.
+            old = s.execute(select(Device.info).where(Device.name == name)).scalar_one_or_none()
+            if old and WORKER_VERSIONS in old:
+                info = {**info, WORKER_VERSIONS: old[WORKER_VERSIONS]}
         if info:
             cc = info.get("compute_capability")
             values.update(

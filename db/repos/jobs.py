@@ -126,6 +126,27 @@ class JobRepo(RepoBase):
 
         return self._tx(q, write=False)
 
+    def page_jobs(self, status: str | None = None, kernel: str | None = None, *,
+                  offset: int = 0, limit: int = 50) -> tuple[list[JobView], int]:
+        """One page of jobs, newest first, filtered by status and kernel; with how many match
+        (the dashboard's jobs page)."""
+        check_status(status, "status")
+        check_int(offset, "offset", minimum=0)
+        check_int(limit, "limit", minimum=1)
+
+        def q(s: Session) -> tuple[list[JobView], int]:
+            cond = []
+            if status is not None:
+                cond.append(Job.status == status)
+            if kernel is not None:
+                cond.append(Kernel.name == kernel)
+            base = select(Job, Kernel.name).join(Kernel, Kernel.id == Job.kernel_id).where(*cond)
+            total = s.execute(select(func.count()).select_from(base.subquery())).scalar_one()
+            rows = s.execute(base.order_by(Job.id.desc()).offset(offset).limit(limit)).all()
+            return [self._job_view(j, k) for j, k in rows], int(total)
+
+        return self._tx(q, write=False)
+
     def count_jobs(self, status: str | None = None) -> int:
         check_status(status, "status")
 

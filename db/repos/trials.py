@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import column, inspect, select, table
 from sqlalchemy.orm import Session
 
 from ..checks import axes_key, check_int, check_name
@@ -123,5 +123,21 @@ class TrialRepo(RepoBase):
                 {"kernel": kernel, "axes": dict(axes), "device": device, **_outcome(t), "job_id": t.job_id}
                 for t, kernel, axes, device in rows
             ]
+
+        return self._tx(q, write=False)
+
+    def optuna_studies(self, names: list[str]) -> set[str]:
+        """Which of `names` are studies in Optuna's storage in this database (its `studies`
+        table): a record imported from elsewhere names a study that may not be here."""
+        wanted = sorted({str(n) for n in names if n})
+        if not wanted:
+            return set()
+        studies = table("studies", column("study_name"))
+
+        def q(s: Session) -> set[str]:
+            if not inspect(s.connection()).has_table("studies"):
+                return set()
+            rows = s.execute(select(studies.c.study_name).where(studies.c.study_name.in_(wanted)))
+            return {str(r[0]) for r in rows}
 
         return self._tx(q, write=False)

@@ -1,7 +1,9 @@
-// Live jobs for the dashboard: polls /v1/jobs (or one job on its page) and rewrites the jobs
-// table; cancels a job with the bearer token the user typed (KS_API_TOKEN), which stays in this
-// tab's sessionStorage. Everything is written with textContent, so a job's fields can never
-// become markup. The cells are the ones templates/_jobs.html renders on the server.
+// Live jobs for the dashboard: polls /v1/jobs (the URL in the jobs table's data-poll, or one job
+// on its page) and rewrites the jobs table; cancels a job and queues a tuning job (a kernel's
+// page) with the bearer token the user typed (KS_API_TOKEN), which stays in this tab's
+// sessionStorage; sorts the tables marked "sortable" by a click on a heading. Everything is
+// written with textContent, so a job's fields can never become markup. The cells are the ones
+// templates/_jobs.html renders on the server.
 (function () {
   "use strict";
   var POLL_MS = 2000;
@@ -83,7 +85,7 @@
     row.className = "status-" + String(j.status).replace(/[^a-z]/g, "");
     link(cell(row, ""), "/jobs/" + id, String(id));
     cell(row, j.status);
-    cell(row, j.kernel);
+    link(cell(row, ""), "/kernels/" + encodeURIComponent(String(j.kernel)), String(j.kernel));
     cell(row, casesLabel(j.cases));
     var cur = j.current_case || {};
     cell(row, j.status === "running" && cur.axes ? axesLabel(cur.axes) : "");
@@ -129,12 +131,16 @@
 
   function jobsUrl() {
     var one = document.body.getAttribute("data-page") === "job" && document.body.getAttribute("data-job");
-    return one ? "/v1/jobs/" + encodeURIComponent(one) : "/v1/jobs?limit=20";
+    if (one) return "/v1/jobs/" + encodeURIComponent(one);
+    var body = document.getElementById("jobs-body");
+    return body ? body.getAttribute("data-poll") : null;
   }
 
   function refresh() {
     var status = document.getElementById("jobs-status");
-    return fetch(jobsUrl(), { headers: { Accept: "application/json" }, cache: "no-store" })
+    var url = jobsUrl();
+    if (!url) return Promise.resolve();
+    return fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" })
       .then(function (r) {
         if (!r.ok) throw new Error("HTTP " + r.status);
         return r.json();
@@ -197,7 +203,130 @@
       var b = ev.target.closest ? ev.target.closest("button.cancel") : null;
       if (b && cancelEnabled()) cancel(b.getAttribute("data-job"));
     });
-    if (document.getElementById("jobs-body")) poll();
+    if (jobsUrl()) poll();
+    setupSort();
+    setupTune();
+  }
+
+  // ------------------------------------------------------------------ sortable tables
+
+  // A cell's sort key: its data-value when it has one (numbers: latencies in us, ids), else its
+  // text; empty values sort last either way.
+  function sortKey(td, numeric) {
+    if (!td) return null;
+    var raw = td.hasAttribute("data-value") ? td.getAttribute("data-value") : td.textContent.trim();
+    if (raw === "") return null;
+    if (!numeric) return raw.toLowerCase();
+    var v = Number(raw.replace(/,/g, ""));
+    return isNaN(v) ? null : v;
+  }
+
+  function sortTable(table, th) {
+    var col = Array.prototype.indexOf.call(th.parentNode.children, th);
+    var numeric = th.getAttribute("data-sort") === "num";
+    var dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+    Array.prototype.forEach.call(th.parentNode.children, function (h) { h.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
+    var body = table.tBodies[0];
+    var rows = Array.prototype.filter.call(body.rows, function (r) { return !r.classList.contains("empty"); });
+    rows.sort(function (a, b) {
+      var x = sortKey(a.cells[col], numeric), y = sortKey(b.cells[col], numeric);
+      if (x === y) return 0;
+      if (x === null) return 1;
+      if (y === null) return -1;
+      return (x < y ? -1 : 1) * dir;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  }
+
+  function setupSort() {
+    document.querySelectorAll("table.sortable th[data-sort]").forEach(function (th) {
+      th.tabIndex = 0;
+      th.classList.add("sort");
+      var table = th.closest("table");
+      th.addEventListener("click", function () { sortTable(table, th); });
+      th.addEventListener("keydown", function (ev) {
+        if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sortTable(table, th); }
+      });
+    });
+  }
+
+  // ------------------------------------------------------------------ tune (a kernel's page)
+
+  function tuneBody(form) {
+    var chosen = document.getElementById("tune-case").value;
+    return {
+      kernel: form.getAttribute("data-kernel"),
+      cases: chosen === "all" ? "all" : [JSON.parse(chosen)],
+      n_trials: Number(document.getElementById("tune-trials").value),
+      sampler: document.getElementById("tune-sampler").value
+    };
+  }
+
+  // The shell commands the page shows, for the job the form would queue (dashboard._tune_commands).
+  function showCommands(form) {
+    var b = tuneBody(form);
+    var auth = form.getAttribute("data-auth") === "on" ? ' -H "Authorization: Bearer $KS_API_TOKEN"' : "";
+    var curl = document.getElementById("tune-curl");
+    if (curl) {
+      curl.textContent = "curl -X POST " + form.getAttribute("data-base") + "/v1/jobs -H 'Content-Type: application/json'" +
+        auth + " -d '" + JSON.stringify(b).replace(/,"/g, ', "').replace(/":/g, '": ') + "'";
+    }
+    var cli = document.getElementById("tune-cli");
+    if (cli) {
+      var which = b.cases === "all" ? "--all" : "--case " + Object.keys(b.cases[0]).map(function (k) {
+        return k + "=" + b.cases[0][k];
+      }).join(",");
+      cli.textContent = "kernelsearch tune " + b.kernel + " " + which + " --trials " + b.n_trials +
+        (b.sampler !== "tpe" ? " --sampler " + b.sampler : "");
+    }
+  }
+
+  function tuneSay(text, jobId) {
+    var s = document.getElementById("tune-status");
+    if (!s) return;
+    s.textContent = text;
+    if (jobId !== undefined) {
+      s.appendChild(document.createTextNode(" "));
+      var a = document.createElement("a");
+      a.href = "/jobs/" + encodeURIComponent(jobId);
+      a.textContent = "job " + jobId;
+      s.appendChild(a);
+    }
+  }
+
+  function setupTune() {
+    var form = document.getElementById("tune-form");
+    if (!form) return;
+    ["tune-case", "tune-trials", "tune-sampler"].forEach(function (id) {
+      var el = document.getElementById(id);
+      if (el) el.addEventListener("input", function () { showCommands(form); });
+      if (el) el.addEventListener("change", function () { showCommands(form); });
+    });
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      if (form.getAttribute("data-auth") !== "on") return;
+      var t = token();
+      if (!t) {
+        tuneSay("Enter the API token to queue from this page, or run the command below.");
+        return;
+      }
+      tuneSay("queuing ...");
+      fetch("/v1/jobs", {
+        method: "POST",
+        headers: { Accept: "application/json", "Content-Type": "application/json", Authorization: "Bearer " + t },
+        body: JSON.stringify(tuneBody(form))
+      }).then(function (r) {
+        return r.json().catch(function () { return {}; }).then(function (body) {
+          if (!r.ok) {
+            var detail = body && body.detail;
+            if (typeof detail !== "string") detail = detail && detail.message ? detail.message : "HTTP " + r.status;
+            throw new Error(detail);
+          }
+          tuneSay("Queued:", body.id);
+        });
+      }).catch(function (e) { tuneSay("Refused: " + e.message); });
+    });
   }
 
   document.addEventListener("DOMContentLoaded", setup);

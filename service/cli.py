@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import typer
@@ -112,7 +113,15 @@ def _register() -> None:
 _register()
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise SystemExit(130)
+
+
 def main() -> None:
+    """The `kernelsearch` command. Ctrl-C ends any command quietly with status 130 (the shell's
+    status for SIGINT), its `finally` blocks run, and no traceback is printed; `serve` and
+    `worker` install their own graceful handlers while they run."""
+    signal.signal(signal.SIGINT, _interrupted)
     app()
 
 

@@ -275,18 +275,18 @@ def test_refuses_to_start_on_an_old_schema(sqlite_url: str) -> None:
             pass
 
 
-def test_trials_of_any_worker_reach_metrics(sqlite_store: Store) -> None:
+def test_trials_of_any_worker_reach_metrics(store: Store) -> None:
     """ks_trials_total and ks_jobs_finished_total count what workers wrote to the database: the
     embedded worker is a child process (and others run elsewhere), so nothing counted in the
     API process would see them."""
-    job = sqlite_store.create_job(KB, [{"seq_len": 2}], 1, "random")
+    job = store.create_job(KB, [{"seq_len": 2}], 1, "random")
     for n in range(3):
-        sqlite_store.add_trial_summary("ks/x", KB, H200, {"seq_len": 2}, n, "complete",
-                                       {"BLOCK_D": 64}, 5.0, None, None, job_id=job.id)
-    sqlite_store.add_trial_summary("ks/x", KB, H200, {"seq_len": 2}, 3, "complete",
-                                   {"BLOCK_D": 64}, 5.0, None, None)  # a CLI tune's, not a job's
-    sqlite_store.cancel_job(job.id)
-    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+        store.add_trial_summary("ks/x", KB, H200, {"seq_len": 2}, n, "complete",
+                                {"BLOCK_D": 64}, 5.0, None, None, job_id=job.id)
+    store.add_trial_summary("ks/x", KB, H200, {"seq_len": 2}, 3, "complete",
+                            {"BLOCK_D": 64}, 5.0, None, None)  # a CLI tune's, not a job's
+    store.cancel_job(job.id)
+    with TestClient(create_app(settings_for(store.url), store=store)) as c:
         text = c.get("/metrics").text
     assert "ks_trials_total 3.0" in text
     assert 'ks_jobs_finished_total{status="cancelled"} 1.0' in text

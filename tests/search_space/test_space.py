@@ -185,3 +185,22 @@ def test_a_relative_toml_space_is_read_next_to_the_declaring_module(tmp_path, mo
         unregister("ks_toml_rel")
         unregister("ks_toml_missing")
         sys.modules.pop("ks_toml_rel_mod", None)
+
+
+def test_a_study_holding_other_choices_gets_the_changed_params_renamed():
+    """Optuna refuses to change a parameter's choices within a study: a space changed since the
+    study began asks its changed parameters as NAME[<fingerprint>], the rest as before."""
+    space = get_space("vision_rope_generation_bwd")
+    held = {p.name: p.distribution() for p in space.params}
+    assert space.for_study(held) is space
+    first = space.params[0]
+    held[first.name] = optuna.distributions.CategoricalDistribution(list(first.choices[:1]) + ["x"])
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(params={first.name: "x"},
+                                              distributions={first.name: held[first.name]}, value=1.0))
+    moved = space.for_study(held)
+    assert [p.optuna_name for p in moved.params] == (
+        [f"{first.name}[{space.fingerprint}]"] + [p.name for p in space.params[1:]])
+    cfg = moved.suggest(study.ask())
+    assert set(cfg) <= set(space.names) and first.name in cfg
+    assert moved.config_of(moved.to_params(cfg)) == cfg

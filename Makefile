@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# `make run`'s store: this checkout's ./var, absolute, unless KS_DATABASE_URL is set already
+# (without it, `kernelsearch` commands use the user's data directory: README, "Which database").
+KS_DATABASE_URL ?= sqlite:///$(CURDIR)/var/kernelsearch.db
 
 .PHONY: install run test test-fast lint typecheck db-upgrade clean
 
@@ -25,11 +28,12 @@ $(VENV)/.installed: pyproject.toml docs/tools/pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 db-upgrade: install
-	$(BIN)/kernelsearch db upgrade
+	KS_DATABASE_URL='$(KS_DATABASE_URL)' $(BIN)/kernelsearch db upgrade
 
+# Ctrl-C stops the server quietly (exit status 130): no traceback from make's child.
 run: db-upgrade
-	$(BIN)/kernelsearch records import --if-empty service/data/h200_records.json
-	$(BIN)/kernelsearch serve --host $(HOST) --port $(PORT)
+	KS_DATABASE_URL='$(KS_DATABASE_URL)' $(BIN)/kernelsearch records import --if-empty service/data/h200_records.json
+	KS_DATABASE_URL='$(KS_DATABASE_URL)' $(BIN)/kernelsearch serve --host $(HOST) --port $(PORT)
 
 lint: install
 	$(BIN)/ruff check .

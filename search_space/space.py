@@ -7,10 +7,13 @@ would reject.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
+import inspect
 import json
+import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -23,8 +26,8 @@ from kernelsearch.kernels.spec import KernelDef, config_key, from_triton_config,
 
 from .safe_expr import ExprError, SafeExpr
 
-# Optuna parameter name of an ordinal parameter: its index into the choices, so that TPE, GP and
-# CMA-ES see the order of e.g. block sizes instead of unrelated categories.
+# Studies made before each parameter was its own categorical over its real values stored an
+# ordinal parameter as its index into the choices, under this suffix; `config_of` still reads them.
 IDX_SUFFIX = "__idx"
 
 
@@ -40,25 +43,32 @@ class SpaceParam:
     choices: tuple[Any, ...]
     ordinal: bool = False
     requires: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # The Optuna parameter's name when not `name`: set by `SearchSpace.for_study` where the study
+    # already holds `name` with other choices (Optuna refuses to change them within a study).
+    alias: str | None = None
 
     def active(self, config: Mapping[str, Any]) -> bool:
         return all(k in config and in_choices(config[k], v) for k, v in self.requires.items())
 
     @property
     def optuna_name(self) -> str:
-        return self.name + IDX_SUFFIX if self.ordinal else self.name
+        """The Optuna parameter: the config field itself, so optuna-dashboard's importance and
+        parallel coordinates show real names and values."""
+        return self.alias or self.name
+
+    def distribution(self) -> optuna.distributions.CategoricalDistribution:
+        return optuna.distributions.CategoricalDistribution(list(self.choices))
 
     def to_optuna(self, value: Any) -> Any:
-        if not in_choices(value, self.choices):
-            raise InvalidConfig(f"parameter {self.name!r}: {value!r} is outside the search space "
-                                f"{list(self.choices)}")
-        return self.index(value) if self.ordinal else value
+        """The choice equal to `value`, as the study stores it (a categorical's own value)."""
+        return self.choices[self.index(value)]
 
     def index(self, value: Any) -> int:
         for i, c in enumerate(self.choices):
             if same_choice(c, value):
                 return i
-        raise InvalidConfig(f"parameter {self.name!r}: {value!r} not in {list(self.choices)}")
+        raise InvalidConfig(f"parameter {self.name!r}: {value!r} is outside the search space "
+                            f"{list(self.choices)}")
 
 
 @dataclass(frozen=True)
@@ -244,17 +254,27 @@ class SearchSpace:
         return config_key(self.canonical(config))
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
-        """Define-by-run: each active parameter through the trial, with fixed choices."""
+        """Define-by-run: each active parameter through the trial, a categorical over its real
+        choices (fixed per parameter: Optuna refuses a study whose choices change)."""
         cfg: dict[str, Any] = {}
         for p in self.params:
             if not p.active(cfg):
                 continue
-            if p.ordinal:
-                i = trial.suggest_int(p.optuna_name, 0, len(p.choices) - 1)
-                cfg[p.name] = p.choices[i]
-            else:
-                cfg[p.name] = trial.suggest_categorical(p.optuna_name, list(p.choices))
+            cfg[p.name] = trial.suggest_categorical(p.optuna_name, list(p.choices))
         return cfg
+
+    def for_study(self, held: Mapping[str, Any]) -> "SearchSpace":
+        """This space as a study holding Optuna distributions `held` (name -> distribution) can
+        take it: a parameter whose name the study holds with other choices (the space changed
+        since) becomes `NAME[<fingerprint>]`, so the study keeps one study per case."""
+        renamed = tuple(
+            replace(p, alias=f"{p.name}[{self.fingerprint}]")
+            if p.name in held and held[p.name] != p.distribution() else p for p in self.params)
+        if renamed == self.params:
+            return self
+        out = copy.copy(self)
+        out.__dict__["params"] = renamed
+        return out
 
     def to_params(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Optuna parameters that make `suggest` return this config (for enqueue_trial)."""
@@ -273,12 +293,16 @@ class SearchSpace:
         return out
 
     def config_of(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The config a trial's Optuna parameters stand for (inverse of `to_params`)."""
+        """The config a trial's Optuna parameters stand for (inverse of `to_params`); also reads
+        an older study's `NAME__idx` index of an ordinal parameter."""
         cfg: dict[str, Any] = {}
         for p in self.params:
-            if p.active(cfg) and p.optuna_name in params:
-                v = params[p.optuna_name]
-                cfg[p.name] = p.choices[int(v)] if p.ordinal else v
+            if not p.active(cfg):
+                continue
+            if p.optuna_name in params:
+                cfg[p.name] = params[p.optuna_name]
+            elif p.ordinal and p.name + IDX_SUFFIX in params:
+                cfg[p.name] = p.choices[int(params[p.name + IDX_SUFFIX])]
         return cfg
 
     def _enumerate(self) -> Iterator[dict[str, Any]]:
@@ -417,6 +441,28 @@ def from_configs(kdef: KernelDef, configs: Sequence[Any]) -> "ListedSpace":
                               for c in configs])
 
 
+def declared_space_file(kdef: KernelDef) -> Path:
+    """The TOML file a kernel's `space=` names: a relative path is read next to the file of the
+    module that declares the kernel, so the CLI, the API and a worker started in any directory
+    read the same file."""
+    p = Path(kdef.space).expanduser()
+    if p.is_absolute():
+        return p
+    base = _module_dir(kdef)
+    return (base / p) if base is not None else p.resolve()
+
+
+def _module_dir(kdef: KernelDef) -> Path | None:
+    mod = sys.modules.get(kdef.module or "")
+    where = getattr(mod, "__file__", None)
+    if where is None:
+        try:
+            where = inspect.getsourcefile(kdef.launch)
+        except TypeError:
+            where = None
+    return Path(where).resolve().parent if where else None
+
+
 def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     """The search space of a kernel: `path`, else the kernel's declared `space` (a TOML file or a
     list of configs), else the packaged spaces/<kernel>.toml."""
@@ -428,8 +474,13 @@ def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
     if path is None and declared is not None and not isinstance(declared, (str, Path)):
         return from_configs(kdef, list(declared))
     if path is None and declared is not None:
-        path = declared
-    p = Path(path) if path is not None else space_path(kernel)
+        p = declared_space_file(kdef)
+        if not p.is_file():
+            raise SpaceError(f"kernel {kernel!r} declares space={str(declared)!r}: no such file "
+                             f"{p} (a relative path is read next to the module "
+                             f"{kdef.module or '?'!s} that declares the kernel)")
+    else:
+        p = Path(path) if path is not None else space_path(kernel)
     if not p.is_file():
         raise SpaceError(f"no search space for kernel {kernel!r} (looked for {p})")
     with p.open("rb") as f:

@@ -12,8 +12,10 @@ from the stored outcome instantly and never re-run.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
+import random
 import re
 import threading
 import time
@@ -43,6 +45,7 @@ CONSTRAINT = "ks_failure"
 A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN, A_TAG = (
     "ks_config", "ks_state", "ks_failure_kind", "ks_message", "ks_outcome", "ks_evaluated",
     "ks_run_tag")
+# The one parameter of an older grid study (an index into the space's grid); read, never written.
 GRID_PARAM = "grid_id"
 WARM_NEIGHBOURS = 3
 
@@ -115,12 +118,74 @@ def study_name(kernel: str, axes: Mapping[str, int], device: str) -> str:
     return f"ks/{kernel}/{ax}/{_slug(device)}"
 
 
-class _AskTellGridSampler(optuna.samplers.GridSampler):
-    """GridSampler that leaves stopping to our loop: its `study.stop()` only works in optimize()."""
+# The objective's name in the study (optuna-dashboard's axis label instead of "Objective 0").
+METRIC_NAME = "latency_us"
+# Trial system attribute holding the grid point a `_ConfigGridSampler` assigned to a trial.
+GRID_ATTR = "ks_grid_point"
 
-    def after_trial(self, study: optuna.Study, trial: Any, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        return None
+
+class _ConfigGridSampler(optuna.samplers.BaseSampler):
+    """Every config of the space's grid once, each trial's parameters the config's own fields.
+
+    Optuna's GridSampler wants a Cartesian product, while a space's grid is filtered by its
+    constraints and conditional parameters; a single `grid_id` index parameter made the
+    dashboard unreadable. Here each trial is given a grid point (a config) before it runs and
+    answers every `suggest_categorical` from it. Points count as visited from a finished trial's
+    parameters (enqueued ones included) and a running trial's assigned point; an older study's
+    `grid_id` parameter is read as the index into the same grid. Stopping is the loop's."""
+
+    def __init__(self, points: Sequence[Mapping[str, Any]], seed: int | None = None):
+        self._points = [dict(p) for p in points]
+        self._index = {self._key(p): i for i, p in enumerate(self._points)}
+        self._order = list(range(len(self._points)))
+        random.Random(seed or 0).shuffle(self._order)
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+
+    @staticmethod
+    def _key(params: Mapping[str, Any]) -> str:
+        return json.dumps(sorted(params.items()), default=str)
+
+    def _visited(self, study: optuna.Study) -> tuple[set[int], set[int]]:
+        done, running = set(), set()
+        for t in study._storage.get_all_trials(study._study_id, deepcopy=False):
+            if t.state == TrialState.RUNNING:
+                if GRID_ATTR in t.system_attrs:
+                    running.add(int(t.system_attrs[GRID_ATTR]))
+                continue
+            if not t.state.is_finished():
+                continue
+            if GRID_PARAM in t.params:
+                done.add(int(t.params[GRID_PARAM]))
+            elif self._key(t.params) in self._index:
+                done.add(self._index[self._key(t.params)])
+        return done, running
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if GRID_ATTR in trial.system_attrs or "fixed_params" in trial.system_attrs:
+            return
+        done, running = self._visited(study)
+        free = [i for i in self._order if i not in done and i not in running]
+        free = free or [i for i in self._order if i not in done] or self._order
+        if free:
+            study._storage.set_trial_system_attr(trial._trial_id, GRID_ATTR, free[0])
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                           param_name: str, param_distribution: Any) -> Any:
+        point = trial.system_attrs.get(GRID_ATTR)
+        fixed = trial.system_attrs.get("fixed_params") or {}
+        if point is None and GRID_PARAM in fixed:  # re-queued by an older version of the loop
+            point = fixed[GRID_PARAM]
+        if point is not None and 0 <= int(point) < len(self._points) and param_name in self._points[int(point)]:
+            return self._points[int(point)][param_name]
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
 
 def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
@@ -134,7 +199,8 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        return _AskTellGridSampler({GRID_PARAM: list(range(space.size()))}, seed=seed)
+        return _ConfigGridSampler([{p.optuna_name: c[p.name] for p in space.params if p.name in c}
+                                   for c in space.grid()], seed=seed)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
                                          warn_independent_sampling=False)
@@ -478,8 +544,15 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
         sname = o.name or study_name(kernel, axes, device)
         storage = storage or make_storage(storage_url, heartbeat_s=o.heartbeat_s)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
-                                    sampler=make_sampler(o.sampler, space, seed=o.seed),
+                                    sampler=optuna.samplers.RandomSampler(seed=o.seed),
                                     load_if_exists=True)
+        # The sampler once the space's parameter names fit what the study already holds.
+        space = space.for_study(_held_distributions(study))
+        study.sampler = make_sampler(o.sampler, space, seed=o.seed)
+        if study.metric_names != [METRIC_NAME]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([METRIC_NAME])
         loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
                      o.sampler, measure_n, o.seed, o.summaries, run_tag=o.run_tag, cancel=hooks.cancel)
         loop.job_id = o.job_id
@@ -516,6 +589,15 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
     finally:
         if own_runner:
             runner.close()
+
+
+def _held_distributions(study: optuna.Study) -> dict[str, Any]:
+    """Each Optuna parameter name the study's trials hold, with its distribution."""
+    held: dict[str, Any] = {}
+    for t in study.get_trials(deepcopy=False):
+        for name, dist in t.distributions.items():
+            held.setdefault(name, dist)
+    return held
 
 
 def _prefetch_next(loop: "_Loop", next_case: tuple[str, Mapping[str, int]]) -> int:
@@ -674,9 +756,6 @@ class _Loop:
 
     # -- the loop --------------------------------------------------------------------------
     def _config(self, trial: optuna.Trial) -> dict[str, Any]:
-        if self.sampler == "grid":
-            i = trial.suggest_categorical(GRID_PARAM, list(range(len(self.grid))))
-            return dict(self.grid[int(i)])
         return self.space.suggest(trial)
 
     def run(self, n_trials: int, timeout_s: float | None, patience: int | None,

@@ -72,7 +72,8 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     app.state.settings = settings
     app.state.store = store
     app.state.lookups = lookups
-    app.state.metrics = Metrics(count_jobs=lambda status: store.count_jobs(status=status))
+    app.state.metrics = Metrics(count_jobs=lambda status: store.count_jobs(status=status),
+                                count_trials=store.count_job_trials)
     app.state.best_cache = BestCache(lookups, settings.records_check_seconds)
     app.state.writer_token = (settings.api_token.get_secret_value().encode()
                               if settings.api_token else None)

@@ -1,6 +1,10 @@
 """`kernelsearch` command line: each area registers its commands from its own module."""
 from __future__ import annotations
 
+import os
+import signal
+from typing import Any
+
 import typer
 
 app = typer.Typer(
@@ -58,22 +62,45 @@ def kernels_cmd(
         k = get_kernel(name)
     except KeyError as exc:
         raise typer.BadParameter(str(exc.args[0]), param_hint="NAME") from None
+    listed = _listed_configs(k)
     if as_json:
         d = k.describe()
         d["cases"] = [{"case": c.number, **c.axes} for c in k.cases]
+        if listed is not None:
+            d["configs"] = listed
         print(json.dumps(d, indent=1))
         return
     print(f"kernel: {k.name}\ndescription: {k.description}\nproblem: {k.benchmark_problem}")
     for a in k.axes:
-        print(f"axis: {a.name}\t{a.minimum}..{a.maximum}\t{a.doc}")
+        values = f"one of {', '.join(a.choices)}" if a.categorical else f"{a.minimum}..{a.maximum}"
+        print(f"axis: {a.name}\t{values}\t{a.doc}")
     if k.extra_axes:
         print(f"informational axes (accepted, not part of the key): {', '.join(k.extra_axes)}")
     print(f"default config: {json.dumps(k.default_config, sort_keys=True)}")
     for p in k.params:
         cond = f" (when {', '.join(f'{a} in {list(v)}' for a, v in p.requires.items())})" if p.requires else ""
-        print(f"param: {p.name}\tdefault={p.default!r}\tchoices={list(p.choices)}{cond}\t{p.doc}")
+        # A listed space's parameters are not independent choices: the configs below are.
+        choices = "" if listed is not None else f"\tchoices={list(p.choices)}"
+        print(f"param: {p.name}\tdefault={p.default!r}{choices}{cond}\t{p.doc}")
+    if listed is not None:
+        print(f"search space: these {len(listed)} configs (no other combination)")
+        for cfg in listed:
+            print(f"config: {json.dumps(cfg, sort_keys=True)}")
     for c in k.cases:
         print(f"case: {c.number}\t" + "\t".join(f"{a}={v}" for a, v in c.axes.items()))
+
+
+def _listed_configs(k: Any) -> list[dict[str, Any]] | None:
+    """The configs of a kernel whose space is a list (a decorator's, `space=[...]`), else None."""
+    if k.space is None or isinstance(k.space, (str, os.PathLike)):
+        return None
+    from kernelsearch.search_space.space import ListedSpace, SpaceError, load_space
+
+    try:
+        space = load_space(k.name)
+    except SpaceError as exc:
+        raise typer.BadParameter(str(exc), param_hint="NAME") from None
+    return space.grid() if isinstance(space, ListedSpace) else None
 
 
 def _register() -> None:
@@ -86,7 +113,15 @@ def _register() -> None:
 _register()
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise SystemExit(130)
+
+
 def main() -> None:
+    """The `kernelsearch` command. Ctrl-C ends any command quietly with status 130 (the shell's
+    status for SIGINT), its `finally` blocks run, and no traceback is printed; `serve` and
+    `worker` install their own graceful handlers while they run."""
+    signal.signal(signal.SIGINT, _interrupted)
     app()
 
 

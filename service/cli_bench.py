@@ -53,7 +53,10 @@ def bench(
 ) -> None:
     """Time each case: eager reference, torch.compile, Triton (given or best config), roofline."""
     from kernelsearch.kernels import all_kernels, get_kernel, set_provider
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from kernelsearch.kernels.bench import bench_cases, dump, format_table, plot
+    from kernelsearch.kernels.device import is_interpreter
     from kernelsearch.kernels.errors import InvalidConfig
     from kernelsearch.kernels.measure import default_repeats
 
@@ -95,21 +98,41 @@ def bench(
                      for k in kernels}
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--case") from None
+    total = sum(len(v) for v in chosen_of.values())
+    if not case and is_interpreter():
+        err.print(f"warning: {total} cases of {len(kernels)} kernel(s) under the Triton interpreter "
+                  "on the CPU: this runs for hours. Time a few with --case N (see `kernelsearch "
+                  "kernels KERNEL`).", markup=False, highlight=False, soft_wrap=True)
     reports = []
-    for k in kernels:
-        chosen = chosen_of[k.name]
-        with err.status(f"benchmarking {k.name}") as status:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err, redirect_stdout=False) as bar:
+        task = bar.add_task("bench", total=total)
+        done = 0
+        for k in kernels:
+            chosen = chosen_of[k.name]
+            started = -1
+
+            def progress(msg: str, _base: int = done) -> None:
+                # Called as each case starts: the ones before it are done.
+                nonlocal started
+                started += 1
+                bar.update(task, completed=_base + started, description=msg)
+
             rep = bench_cases(k, [c.axes for c in chosen], config=cfg, n=n,
                               references=not no_references, numbers=[c.number for c in chosen],
-                              compare_default=compare_default,
-                              progress=lambda msg: status.update(f"benchmarking {msg}"))
-        reports.append(rep)
-        table = format_table(rep)
-        print(table)
-        sys.stdout.flush()
-        if table_out:
-            with open(table_out, "a") as fh:
-                fh.write(table + "\n")
+                              compare_default=compare_default, progress=progress)
+            done += len(chosen)
+            bar.update(task, completed=done)
+            reports.append(rep)
+            table = format_table(rep)
+            bar.stop()  # the table goes to stdout, below the bar (which is on stderr)
+            print(table)
+            sys.stdout.flush()
+            bar.start()
+            if table_out:
+                with open(table_out, "a") as fh:
+                    fh.write(table + "\n")
     if json_out:
         dump(reports, str(json_out))
     if plot_out:

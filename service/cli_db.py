@@ -19,11 +19,13 @@ from kernelsearch.db.engine import check_schema, current_revision, head_revision
 from kernelsearch.db.errors import SchemaBehind, StoreError
 from kernelsearch.db.store import Store
 
+from .cli_format import format_latency
+
 db_app = typer.Typer(help="Database schema: Alembic migrations of kernelsearch's own tables.", no_args_is_help=True)
 records_app = typer.Typer(help="Tuned records: list, export to and import from JSON files.", no_args_is_help=True)
 
 UrlOpt = Annotated[
-    str | None, typer.Option("--url", help="database URL (default: KS_DATABASE_URL or sqlite:///var/kernelsearch.db)")
+    str | None, typer.Option("--url", help="database URL (default: KS_DATABASE_URL, else kernelsearch.db in the user data directory)")
 ]
 KernelOpt = Annotated[str | None, typer.Option("--kernel", help="only this kernel")]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="only this device name")]
@@ -218,6 +220,15 @@ def _fmt_axes(axes: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(axes.items()))
 
 
+def _known_kernel_or_exit(store: Store, kernel: str) -> None:
+    """A kernel neither declared here nor in the store is a typo: exit 1 naming the known ones."""
+    from kernelsearch.kernels import kernel_names
+
+    known = set(kernel_names()) | {r.kernel for r in store.list_records(include_history=True)}
+    if kernel not in known:
+        raise _fail(f"unknown kernel {kernel!r}; known: {', '.join(sorted(known)) or 'none'}")
+
+
 @records_app.command("list")
 def records_list(
     kernel: KernelOpt = None,
@@ -226,17 +237,20 @@ def records_list(
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list instead of text lines")] = False,
     url: UrlOpt = None,
 ) -> None:
-    """One line per record: kernel, device, axes, median latency (us), current/history, config."""
+    """One line per record: kernel, device, axes, median latency, current/history, config
+    (--json for the raw numbers, latencies in us)."""
     with _store(url) as store:
         recs = store.list_records(kernel=kernel, device=device, include_history=history)
+        if kernel is not None and not recs:
+            _known_kernel_or_exit(store, kernel)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in recs], indent=2))
         return
-    typer.echo("kernel\tdevice\taxes\tmedian_us\tstate\ttuned_at\tconfig")
+    typer.echo("kernel\tdevice\taxes\tmedian\tstate\ttuned_at\tconfig")
     for r in recs:
         state = "current" if r.is_current else "history"
         typer.echo(
-            f"{r.kernel}\t{r.device}\t{_fmt_axes(r.axes)}\t{r.latency_median_us:.3f}\t{state}\t"
+            f"{r.kernel}\t{r.device}\t{_fmt_axes(r.axes)}\t{format_latency(r.latency_median_us)}\t{state}\t"
             f"{r.tuned_at.isoformat(timespec='seconds')}\t{json.dumps(r.config, sort_keys=True)}"
         )
 

@@ -16,6 +16,8 @@ from typing import Any, Iterator, Optional
 
 import typer
 
+from .cli_format import format_latency
+
 SAMPLER_HELP = "tpe (default), random, grid (exhaustive), gp, cmaes"
 CASE_HELP = ("a suite case number (4), or the case's axes as AXIS=VALUE, several joined by "
              "commas (seq_len=1024; total_patches=5000,num_images=2); repeatable")
@@ -105,7 +107,7 @@ def summary_lines(r: Any) -> list[str]:
     """What one case's run did, in plain lines that wrap rather than truncate."""
     new_failed = sum(r.new_failure_kinds.values())
     kinds = "".join(f", {k} {v}" for k, v in sorted(r.new_failure_kinds.items()))
-    best = f"{r.best_latency_us:.2f} us" if r.best_latency_us is not None else "-"
+    best = format_latency(r.best_latency_us)
     record = "improved" if r.improved else ("kept" if r.best_config else "none")
     lines = [f"case {_label(r.axes)}: best {best}, record {record}, stopped by {r.stopped_because}",
              f"  new trials: {r.n_run_now} ({r.n_run_now - new_failed} ok, {new_failed} failed{kinds}); "
@@ -155,6 +157,7 @@ def tune(
     from kernelsearch.db.engine import upgrade
     from kernelsearch.db.store import Store
     from kernelsearch.search_space.runner import TrialRunner
+    from kernelsearch.search_space.space import SpaceError, case_space
     from kernelsearch.search_space.tuner import SAMPLERS, TuneHooks, TuneOptions, tune_case
 
     from .settings import get_settings
@@ -162,6 +165,11 @@ def tune(
     if sampler not in SAMPLERS:
         raise typer.BadParameter(f"expected one of {', '.join(SAMPLERS)}", param_hint="--sampler")
     cases = _cases(kernel, case, all_)
+    try:
+        case_space(kernel, cases[0])
+    except SpaceError as exc:  # a space file that is missing or does not fit the kernel
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if json_out is not None and json_out.is_dir():
         raise typer.BadParameter(f"{json_out} is a directory", param_hint="--json")
     settings = get_settings()
@@ -186,8 +194,7 @@ def tune(
                 task = progress.add_task(_label(axes), total=trials, best="-")
 
                 def report(done: int, total: int, best: float | None, task=task) -> None:
-                    progress.update(task, completed=done,
-                                    best=f"{best:.2f} us" if best is not None else "-")
+                    progress.update(task, completed=done, best=format_latency(best))
 
                 res = tune_case(kernel, axes, store=store, storage_url=db_url, runner=runner,
                                 options=TuneOptions(n_trials=trials, sampler=sampler, timeout_s=timeout,

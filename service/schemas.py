@@ -159,3 +159,12 @@ class JobOut(BaseModel):
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+class JobSubmitted(JobOut):
+    """POST /v1/jobs's answer: the job, and whether it is an identical job already queued or
+    running (no new job was made; its trials are not added twice)."""
+
+    existing: bool = Field(description="true: an identical job (same kernel, cases, n_trials, "
+                                       "sampler, timeout) was already queued or running, and this "
+                                       "is that job; false: a new job was queued")

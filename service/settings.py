@@ -1,7 +1,9 @@
 """Every setting of the service, read from KS_* environment variables (pydantic-settings)."""
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
@@ -11,11 +13,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 LEASE_MARGIN = 3
 
 
+def default_database_url() -> str:
+    """SQLite in the user's data directory ($XDG_DATA_HOME/kernelsearch, else
+    ~/.local/share/kernelsearch): one absolute place, so a program reads the same store from any
+    working directory. `make run` sets KS_DATABASE_URL to the checkout's ./var instead."""
+    base = os.environ.get("XDG_DATA_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
+    return f"sqlite:///{(root / 'kernelsearch' / 'kernelsearch.db').as_posix()}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
 
-    database_url: str = Field("sqlite:///var/kernelsearch.db",
-                              description="SQLAlchemy URL; postgresql+psycopg://... for PostgreSQL")
+    database_url: str = Field(default_factory=lambda: default_database_url(),
+                              description="SQLAlchemy URL; postgresql+psycopg://... for PostgreSQL; "
+                                          "default: a SQLite file in the user's data directory")
     api_token: SecretStr | None = Field(None, description="when set, writes need 'Authorization: Bearer <token>'")
     lease_seconds: float = Field(60.0, gt=0, description="a running job whose worker is silent this long is reclaimed")
     heartbeat_seconds: float = Field(10.0, gt=0, description="how often a worker renews its lease")

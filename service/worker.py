@@ -183,8 +183,6 @@ class Worker:
             log.info("worker %s left job %s: %s", self.owner, job.id, why)
             return True
         if self.store.finish_job(job.id, self.owner, status, error=error):
-            if self.metrics is not None:
-                self.metrics.jobs_finished.labels(status).inc()
             log.info("job %s %s%s", job.id, status, f": {error}" if error else "")
         return True
 
@@ -266,8 +264,6 @@ class Worker:
 
             def progress(done: int, total: int, best_us: float | None, _base: int = base,
                          _axes: dict = axes, _i: int = i) -> None:
-                if self.metrics is not None:
-                    self.metrics.trials.inc()
                 cur = {"index": _i, "axes": _axes, "trials_done": done, "n_trials": total,
                        "best_latency_us": best_us}
                 if not self.store.update_job_progress(job.id, self.owner, trials_done=_base + done,
@@ -303,7 +299,10 @@ class Worker:
             results = [r for r in results if r.get("axes") != axes] + [summary]
             best = {"cases": results}
             done_before += summary["trials_done"]
-            self.store.update_job_progress(job.id, self.owner, trials_done=done_before, best=best)
+            if not self.store.update_job_progress(job.id, self.owner, trials_done=done_before,
+                                                  best=best) and self._cancelled(job.id):
+                # Cancelled while this case ran: its record is stored, and the job reports it.
+                self.store.keep_cancelled_best(job.id, self.owner, trials_done=done_before, best=best)
             if self.on_records_changed is not None:
                 self.on_records_changed()
             if summary["stopped_because"] in ("cancelled", "timeout"):

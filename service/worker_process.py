@@ -88,7 +88,10 @@ class WorkerProcess:
         with self._lock:
             if self._stop.is_set():
                 return
-            self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+            # Its own session: a terminal's Ctrl-C reaches the API process only, which stops the
+            # child with SIGTERM (its job handed back), instead of interrupting it mid-import.
+            self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent,
+                                         start_new_session=True)
             self.starts += 1
         log.info("worker process %d started", self.proc.pid)
 

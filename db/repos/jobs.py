@@ -58,6 +58,19 @@ class JobRepo(RepoBase):
     ) -> JobView:
         """Queue a job (or return the identical one already queued or running); Conflict when
         `max_queued` jobs are already waiting."""
+        return self.queue_job(kernel, cases, n_trials, sampler, timeout_s, max_queued)[0]
+
+    def queue_job(
+        self,
+        kernel: str,
+        cases: list[dict[str, int]],
+        n_trials: int,
+        sampler: str,
+        timeout_s: float | None = None,
+        max_queued: int | None = None,
+    ) -> tuple[JobView, bool]:
+        """`create_job`, and whether the job is an identical one already queued or running
+        (True) rather than a new one: the API says which it answers."""
         check_name(kernel, "kernel")
         check_name(sampler, "sampler")
         if not isinstance(cases, list) or not cases:
@@ -71,7 +84,7 @@ class JobRepo(RepoBase):
         wanted = [axes_key(c) for c in cases]
         limit_s = float(timeout_s) if timeout_s is not None else None
 
-        def tx(s: Session) -> JobView:
+        def tx(s: Session) -> tuple[JobView, bool]:
             self._lock_counter(s, "jobs")
             # A job asking for work an identical job already queued or running will do is that
             # job: twenty identical submits spend the budget once (a job adds n_trials to each
@@ -83,7 +96,7 @@ class JobRepo(RepoBase):
                 .order_by(Job.id)
             ).scalars():
                 if same.timeout_s == limit_s and [axes_key(dict(c)) for c in same.cases] == wanted:
-                    return self._job_view(same, kernel)
+                    return self._job_view(same, kernel), True
             if max_queued is not None:
                 queued = s.execute(select(func.count()).where(Job.status == "queued")).scalar_one()
                 if queued >= max_queued:
@@ -105,7 +118,7 @@ class JobRepo(RepoBase):
             s.add(job)
             s.flush()
             self._bump(s, "jobs")
-            return self._job_view(job, kernel)
+            return self._job_view(job, kernel), False
 
         return self._tx(tx, write=True)
 
@@ -259,6 +272,19 @@ class JobRepo(RepoBase):
         if current_case is not None:
             values["current_case"] = current_case
         stmt = self._update_owned(job_id, owner, values)
+        return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
+
+    def keep_cancelled_best(self, job_id: int, owner: str, *, trials_done: int,
+                            best: dict[str, Any]) -> bool:
+        """The summary of a case a job's worker finished after the job was cancelled (the
+        case's record is stored, so the job reports it); only the worker that held the job
+        writes it. False when the job is not a cancelled job of `owner`."""
+        check_int(trials_done, "trials_done", minimum=0)
+        stmt = (update(Job)
+                .where(Job.id == job_id, Job.owner == owner, Job.status == "cancelled")
+                .values(best=best, trials_done=sa_case((Job.trials_done > trials_done, Job.trials_done),
+                                                       else_=trials_done))
+                .execution_options(synchronize_session=False))
         return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
 
     def finish_job(self, job_id: int, owner: str, status: str, error: str | None = None) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import column, inspect, select, table
+from sqlalchemy import column, func, inspect, select, table
 from sqlalchemy.orm import Session
 
 from ..checks import axes_key, check_int, check_name
@@ -78,6 +78,12 @@ class TrialRepo(RepoBase):
         """Optuna trial numbers that have a summary in a study (to repair missing ones)."""
         return self._tx(lambda s: set(s.execute(select(TrialSummary.trial_number).where(
             TrialSummary.study_name == study_name)).scalars()), write=False)
+
+    def count_job_trials(self) -> int:
+        """How many trials tuning jobs have finished (summaries with a job), every worker's:
+        /metrics reads it at scrape time, as a worker may run in another process or host."""
+        return self._tx(lambda s: int(s.execute(select(func.count()).select_from(TrialSummary).where(
+            TrialSummary.job_id.is_not(None))).scalar_one()), write=False)
 
     def trial_summaries(self, kernel: str, device: str, axes: dict[str, int]) -> list[dict[str, Any]]:
         """Trial outcomes of one key, in study then Optuna trial-number order."""

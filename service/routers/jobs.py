@@ -21,10 +21,12 @@ router = APIRouter(tags=["jobs"])
 _ENDED = tuple(s for s in FINISHED_STATUSES if s != "cancelled")
 
 
-@router.post("/v1/jobs", status_code=202, response_model=schemas.JobOut,
+@router.post("/v1/jobs", status_code=202, response_model=schemas.JobSubmitted,
              responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
 def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) -> Any:
-    """Queue a tuning job; a worker claims it. 202 with the job as queued."""
+    """Queue a tuning job; a worker claims it. 202 with the job as queued and `"existing":
+    false`; when an identical job is already queued or running, 202 with that job and
+    `"existing": true` (a retried submit stays harmless: the trials are not added twice)."""
     k = kernel_or_404(body.kernel)
     if body.n_trials > settings.max_trials_per_job:
         raise HTTPException(422, f"n_trials: at most {settings.max_trials_per_job} per job "
@@ -49,11 +51,11 @@ def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) 
     if known and sampler not in known:
         raise HTTPException(422, f"sampler: unknown {sampler!r}; known: {', '.join(known)}")
     try:
-        job = store.create_job(k.name, cases, body.n_trials, sampler,
-                               timeout_s=body.timeout_s, max_queued=settings.max_queued_jobs)
+        job, existing = store.queue_job(k.name, cases, body.n_trials, sampler,
+                                        timeout_s=body.timeout_s, max_queued=settings.max_queued_jobs)
     except dberr.Conflict as exc:
         raise HTTPException(429, str(exc)) from None
-    return job_json(job)
+    return {**job_json(job), "existing": existing}
 
 
 @router.get("/v1/jobs", response_model=list[schemas.JobOut], responses=ERRORS)

@@ -108,3 +108,21 @@ def test_import_from_stdin_and_missing_file(store: Store, tmp_path) -> None:
     assert res.exit_code == 0 and "added: 0" in res.stdout
     missing = run("records", "import", "--url", store.url, str(tmp_path / "nope.json"))
     assert missing.exit_code == 1 and "cannot read" in missing.stderr
+
+
+def test_records_list_names_the_known_kernels_for_an_unknown_one(store: Store) -> None:
+    store.upsert_best(make_record(4.0))
+    res = run("records", "list", "--url", store.url, "--kernel", "nope")
+    assert res.exit_code == 1
+    assert "unknown kernel 'nope'" in res.stderr and KERNEL in res.stderr
+    # A kernel that is known but has no records is an empty listing, not an error.
+    empty = run("records", "list", "--url", store.url, "--kernel", "vision_rope3d_spatial_merge_bwd")
+    assert empty.exit_code == 0 and len(empty.stdout.strip().splitlines()) == 1
+
+
+def test_records_list_prints_latency_in_a_fitting_unit(store: Store) -> None:
+    store.upsert_best(make_record(1642731.05))
+    store.upsert_best(make_record(4.0, axes={"seq_len": 8}))
+    lines = run("records", "list", "--url", store.url).stdout.strip().splitlines()
+    medians = sorted(ln.split("\t")[3] for ln in lines[1:])
+    assert lines[0].split("\t")[3] == "median" and medians == ["1.64 s", "4.00 us"]

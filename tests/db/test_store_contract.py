@@ -39,6 +39,26 @@ def test_identical_job_while_one_is_active_is_that_job(store: Store) -> None:
     assert store.create_job("k", cases, 4, "tpe").id != first.id  # done: a new job adds trials
 
 
+def test_queue_job_says_whether_it_is_an_existing_job(store: Store) -> None:
+    first, existing = store.queue_job("k", [{"seq_len": 8}], 4, "tpe")
+    assert existing is False
+    again, existing = store.queue_job("k", [{"seq_len": 8}], 4, "tpe")
+    assert again.id == first.id and existing is True
+
+
+def test_a_cancelled_job_keeps_the_best_only_from_its_worker(store: Store) -> None:
+    job = store.create_job(KERNEL, CASES, n_trials=5, sampler="tpe")
+    assert store.claim_job("w1", lease_seconds=60).id == job.id
+    best = {"cases": [{"axes": CASES[0], "best_latency_us": 4.2}]}
+    assert store.keep_cancelled_best(job.id, "w1", trials_done=3, best=best) is False  # running
+    store.cancel_job(job.id)
+    assert store.update_job_progress(job.id, "w1", trials_done=3, best=best) is False
+    assert store.keep_cancelled_best(job.id, "w2", trials_done=3, best=best) is False
+    assert store.keep_cancelled_best(job.id, "w1", trials_done=3, best=best) is True
+    final = store.get_job(job.id)
+    assert (final.status, final.best, final.trials_done) == ("cancelled", best, 3)
+
+
 def test_job_lifecycle(store: Store) -> None:
     job = store.create_job(KERNEL, CASES, n_trials=5, sampler="tpe", timeout_s=30)
     assert (job.status, job.trials_done, job.attempts, job.owner) == ("queued", 0, 0, None)

@@ -9,6 +9,7 @@ import sys
 from typer.testing import CliRunner
 
 from kernelsearch.service.cli import app
+from kernelsearch.service.cli_format import format_latency
 
 KA = "vision_rope_generation_bwd"
 KB = "vision_rope3d_spatial_merge_bwd"
@@ -43,6 +44,17 @@ def test_tune_cli_end_to_end(sqlite_url, tmp_path):
     assert "new trials: 1 (1 ok, 0 failed); the study holds 3" in text
     (again,) = json.loads(out.read_text())
     assert again["n_run_now"] == 1 and again["n_complete"] == 3
+    # The best latency in the unit that fits it (a trial under the interpreter takes ms to s).
+    assert f"best {format_latency(again['best_latency_us'])}, record" in text
+
+
+def test_latencies_are_printed_in_the_unit_that_fits():
+    assert format_latency(1642731.05) == "1.64 s"
+    assert format_latency(12.345) == "12.35 us"
+    assert format_latency(2500.0) == "2.50 ms"
+    assert format_latency(0.83) == "830.00 ns"
+    assert format_latency(999.999) == "1.00 ms"
+    assert format_latency(None) == "-" and format_latency(float("nan")) == "-"
 
 
 def test_suite_case_numbers_and_axes_give_the_same_case(sqlite_url):
@@ -101,3 +113,21 @@ def test_a_tune_without_a_record_fails_with_reasons_then_more_trials_can_be_adde
     # At 120 columns nothing is cut: the whole best config is printed.
     assert json.dumps(res["best_config"], sort_keys=True) in p.stdout.replace("\n", "")
     assert "…" not in p.stdout
+
+
+def test_tune_names_a_missing_space_file_without_a_traceback(sqlite_url):
+    import dataclasses
+    from pathlib import Path
+
+    from kernelsearch.kernels import get_kernel, register
+    from kernelsearch.kernels.registry import unregister
+
+    base = get_kernel(KA)
+    register(dataclasses.replace(base, name="ks_missing_space", space="spaces/missing.toml"))
+    try:
+        res = CliRunner().invoke(app, ["tune", "ks_missing_space", "--case", "1", "--url", sqlite_url])
+    finally:
+        unregister("ks_missing_space")
+    where = Path(sys.modules[base.module].__file__).resolve().parent / "spaces" / "missing.toml"
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+    assert str(where) in res.stderr

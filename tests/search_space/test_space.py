@@ -149,3 +149,58 @@ def test_unknown_kernel_and_invalid_enqueue():
     with pytest.raises(InvalidConfig):
         b.to_params({"ROWS": 1, "HEADS": 16, "BLOCK_D": 64, "CACHE": "none", "TRIG": "precise",
                      "num_warps": 4, "GRID": "tiles", "num_stages": 3})
+
+
+def test_a_relative_toml_space_is_read_next_to_the_declaring_module(tmp_path, monkeypatch):
+    """`space="spaces/x.toml"` means the file beside the kernel's module, from any working
+    directory; a missing one is a SpaceError naming the path it looked at."""
+    import importlib
+    import sys
+
+    from kernelsearch.kernels.registry import unregister
+
+    pkg = tmp_path / "decl"
+    (pkg / "spaces").mkdir(parents=True)
+    (pkg / "spaces" / "rel.toml").write_text(
+        'kernel = "ks_toml_rel"\n[[param]]\nname = "MODE"\nchoices = ["ok"]\n'
+        '[[param]]\nname = "BLOCK"\nchoices = [16, 32]\nordinal = true\n')
+    (pkg / "ks_toml_rel_mod.py").write_text(
+        "import dataclasses\nimport ks_fake_kernels\nfrom kernelsearch.kernels import register\n"
+        "KERNEL = register(dataclasses.replace(ks_fake_kernels.KERNEL, name='ks_toml_rel', "
+        "space='spaces/rel.toml', module=__name__))\n"
+        "MISSING = register(dataclasses.replace(ks_fake_kernels.KERNEL, name='ks_toml_missing', "
+        "space='spaces/nope.toml', module=__name__))\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.syspath_prepend(str(pkg))
+    monkeypatch.chdir(elsewhere)
+    importlib.import_module("ks_toml_rel_mod")
+    try:
+        space = load_space("ks_toml_rel")
+        assert space.names == ("MODE", "BLOCK") and space.param("BLOCK").choices == (16, 32)
+        with pytest.raises(SpaceError) as err:
+            load_space("ks_toml_missing")
+        assert str(pkg.resolve() / "spaces" / "nope.toml") in str(err.value)
+    finally:
+        unregister("ks_toml_rel")
+        unregister("ks_toml_missing")
+        sys.modules.pop("ks_toml_rel_mod", None)
+
+
+def test_a_study_holding_other_choices_gets_the_changed_params_renamed():
+    """Optuna refuses to change a parameter's choices within a study: a space changed since the
+    study began asks its changed parameters as NAME[<fingerprint>], the rest as before."""
+    space = get_space("vision_rope_generation_bwd")
+    held = {p.name: p.distribution() for p in space.params}
+    assert space.for_study(held) is space
+    first = space.params[0]
+    held[first.name] = optuna.distributions.CategoricalDistribution(list(first.choices[:1]) + ["x"])
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(params={first.name: "x"},
+                                              distributions={first.name: held[first.name]}, value=1.0))
+    moved = space.for_study(held)
+    assert [p.optuna_name for p in moved.params] == (
+        [f"{first.name}[{space.fingerprint}]"] + [p.name for p in space.params[1:]])
+    cfg = moved.suggest(study.ask())
+    assert set(cfg) <= set(space.names) and first.name in cfg
+    assert moved.config_of(moved.to_params(cfg)) == cfg

@@ -343,3 +343,56 @@ def test_cancel_stops_the_case_and_the_trial_is_run_again_later(ss_store):
         again = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, runner=r2, space=space,
                           options=TuneOptions(n_trials=1, sampler="grid", seed=0, measure_n=2))
     assert again.n_run_now == 1 and again.new_failure_kinds == {"timeout": 1}
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "grid"])
+def test_study_params_are_the_config_fields_and_the_metric_is_named(ss_store, runner, sampler):
+    """optuna-dashboard reads a study's params and metric names: one categorical per config
+    field over its real values (not `BLOCK__idx` indices or one `grid_id`), latency named."""
+    store, url = ss_store
+    space = fake_space(modes=("ok",), blocks=(16, 32, 64))
+    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+                    options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2))
+    study = optuna.load_study(study_name=res.study_name, storage=url)
+    assert study.metric_names == ["latency_us"]
+    trials = _evaluated(url, res.study_name)
+    assert len(trials) == 3
+    for t in trials:
+        assert set(t.params) == {"MODE", "BLOCK"}
+        assert t.params["BLOCK"] in (16, 32, 64) and t.params["MODE"] == "ok"
+        assert t.distributions["BLOCK"] == optuna.distributions.CategoricalDistribution([16, 32, 64])
+        assert {k: t.params[k] for k in ("MODE", "BLOCK")} == {
+            k: t.user_attrs["ks_config"][k] for k in ("MODE", "BLOCK")}
+    if sampler == "grid":
+        assert sorted(t.params["BLOCK"] for t in trials) == [16, 32, 64]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "grid"])
+def test_a_study_of_the_old_param_layout_resumes(ss_store, runner, sampler):
+    """A study stored before the layout change (`BLOCK__idx` indices, or a grid's `grid_id`)
+    resumes under its own name: its trials count, and the grid does not run them again."""
+    store, url = ss_store
+    space = fake_space(modes=("ok",), blocks=(16, 32, 64))
+    axes = {"n": 24}
+    full = space.canonical(space.grid()[0])
+    name = study_name(FAKE, axes, runner.device_name)
+    old = optuna.create_study(study_name=name, storage=url)
+    if sampler == "grid":
+        params = {"grid_id": 0}
+        dists = {"grid_id": optuna.distributions.CategoricalDistribution([0, 1, 2])}
+    else:
+        params = {"MODE": "ok", "BLOCK__idx": 0}
+        dists = {"MODE": optuna.distributions.CategoricalDistribution(["ok"]),
+                 "BLOCK__idx": optuna.distributions.IntDistribution(0, 2)}
+    old.add_trial(optuna.trial.create_trial(
+        params=params, distributions=dists, value=1e6,
+        user_attrs={"ks_config": full, "ks_state": "ok", "ks_evaluated": True}))
+    assert space.config_of(params) == space.grid()[0] or sampler == "grid"
+    res = tune_case(FAKE, axes, store=store, storage_url=url, runner=runner, space=space,
+                    options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2,
+                                        warm_start=False))
+    assert res.study_name == name and res.n_complete == 3 and res.n_run_now == 2
+    if sampler == "grid":
+        assert res.n_cached == 0
+    ran = [t.params["BLOCK"] for t in _evaluated(url, name) if "BLOCK" in t.params]
+    assert len(ran) == 2 and 16 not in ran or sampler == "tpe"

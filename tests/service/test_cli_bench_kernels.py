@@ -121,3 +121,46 @@ def test_bench_takes_a_case_by_its_axes(tmp_path):
                                                       (None, {"total_patches": 3})]
     res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--case", "seq_len=3"])
     assert res.exit_code == 2 and "unknown axis 'seq_len'" in res.output
+
+
+def test_bench_warns_about_the_interpreter_and_shows_progress(monkeypatch):
+    """A bare `bench KERNEL` under the interpreter says up front how many cases it will take
+    hours over, and counts them off while it runs (the benchmark itself is stubbed here)."""
+    import kernelsearch.kernels.bench as kb
+    from kernelsearch.kernels import get_kernel
+
+    def fake_bench(k, cases, *, progress=None, **_kw):
+        for axes in cases:
+            progress(f"{k.name} {axes} default")
+        return {"kernel": k.name, "rows": []}
+
+    monkeypatch.setattr(kb, "bench_cases", fake_bench)
+    monkeypatch.setattr(kb, "format_table", lambda rep: f"table of {rep['kernel']}")
+    n = len(get_kernel("vision_rope_generation_bwd").cases)
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--default", "--n", "1"])
+    assert res.exit_code == 0, res.output
+    assert f"warning: {n} cases of 1 kernel(s) under the Triton interpreter" in res.stderr
+    assert "hours" in res.stderr and f"{n}/{n}" in res.stderr
+    assert "table of vision_rope_generation_bwd" in res.stdout
+    # Given cases: no warning.
+    res = runner.invoke(app, ["bench", "vision_rope_generation_bwd", "--case", "6", "--default"])
+    assert res.exit_code == 0 and "warning" not in res.stderr and "1/1" in res.stderr
+
+
+def test_kernels_shows_categorical_choices_and_a_listed_space(monkeypatch):
+    """A categorical axis lists its values (not 1..2147483647); a space given as a list of
+    configs is printed as those configs, not as independent choices per parameter."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "plugins"))
+    monkeypatch.delenv("KS_KERNEL_MODULES", raising=False)  # restored: --kernel-module sets it
+    res = runner.invoke(app, ["--kernel-module", "ks_user_axpy", "kernels", "ks_user_axpy"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "axis: dtype\tone of float16, float32\telement type of x, y and out" in lines
+    assert not any("2147483647" in ln for ln in lines)
+    assert not any(ln.startswith("param:") and "choices=" in ln for ln in lines)
+    configs = [json.loads(ln.removeprefix("config: ")) for ln in lines if ln.startswith("config: ")]
+    assert [(c["BLOCK"], c["num_warps"]) for c in configs] == [(32, 1), (64, 2), (128, 4)]
+    as_json = json.loads(runner.invoke(app, ["kernels", "ks_user_axpy", "--json"]).stdout)
+    assert as_json["configs"] == configs

@@ -194,9 +194,10 @@ def test_job_limits(store) -> None:
         r = c.post("/v1/jobs", json={"kernel": KB, "cases": "all", "n_trials": 1})
         assert r.status_code == 422 and "KS_MAX_CASES_PER_JOB" in r.json()["detail"]
         first = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 2}], "n_trials": 1})
-        assert first.status_code == 202
+        assert first.status_code == 202 and first.json()["existing"] is False
         again = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 2}], "n_trials": 1})
         assert again.status_code == 202 and again.json()["id"] == first.json()["id"]  # deduplicated
+        assert again.json()["existing"] is True  # and says so
         assert c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 3}],
                                         "n_trials": 1}).status_code == 202
         r = c.post("/v1/jobs", json={"kernel": KB, "cases": [{"seq_len": 4}], "n_trials": 1})
@@ -272,3 +273,27 @@ def test_refuses_to_start_on_an_old_schema(sqlite_url: str) -> None:
     with pytest.raises(SchemaBehind, match="kernelsearch db upgrade"):
         with TestClient(app):
             pass
+
+
+def test_trials_of_any_worker_reach_metrics(store: Store) -> None:
+    """ks_trials_total and ks_jobs_finished_total count what workers wrote to the database: the
+    embedded worker is a child process (and others run elsewhere), so nothing counted in the
+    API process would see them."""
+    job = store.create_job(KB, [{"seq_len": 2}], 1, "random")
+    for n in range(3):
+        store.add_trial_summary("ks/x", KB, H200, {"seq_len": 2}, n, "complete",
+                                {"BLOCK_D": 64}, 5.0, None, None, job_id=job.id)
+    store.add_trial_summary("ks/x", KB, H200, {"seq_len": 2}, 3, "complete",
+                            {"BLOCK_D": 64}, 5.0, None, None)  # a CLI tune's, not a job's
+    store.cancel_job(job.id)
+    with TestClient(create_app(settings_for(store.url), store=store)) as c:
+        text = c.get("/metrics").text
+    assert "ks_trials_total 3.0" in text
+    assert 'ks_jobs_finished_total{status="cancelled"} 1.0' in text
+
+
+def test_openapi_says_when_a_submit_answers_an_existing_job(sqlite_client: TestClient) -> None:
+    spec = sqlite_client.get("/openapi.json").json()
+    ok = spec["paths"]["/v1/jobs"]["post"]["responses"]["202"]["content"]["application/json"]["schema"]
+    schema = spec["components"]["schemas"][ok["$ref"].rsplit("/", 1)[-1]]
+    assert "existing" in schema["properties"] and "existing" in schema.get("required", [])

@@ -76,3 +76,38 @@ def test_serve_and_worker_stop_on_sigterm(sqlite_url: str) -> None:
         for proc in (serve, worker):
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_ctrl_c_on_serve_exits_quietly_with_130(sqlite_url: str) -> None:
+    """Ctrl-C in a terminal signals the whole foreground group: `serve` stops with status 130 and
+    no traceback, and its worker child (in its own session, stopped by the API with SIGTERM)
+    prints none either, even when interrupted while it is still importing."""
+    import httpx
+
+    from kernelsearch.db.engine import upgrade
+
+    upgrade(sqlite_url)
+    port = free_port()
+    env = {**os.environ, "KS_DATABASE_URL": sqlite_url, "KS_LOG_LEVEL": "INFO"}
+    env.pop("KS_SERVICE_URL", None)
+    serve = subprocess.Popen([sys.executable, "-m", "kernelsearch.service.cli", "serve", "--port",
+                              str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert serve.poll() is None, serve.stdout.read()
+                assert time.monotonic() < deadline, "serve never answered"
+                time.sleep(0.2)
+        os.killpg(serve.pid, signal.SIGINT)
+        code = serve.wait(60)
+        out = serve.stdout.read()
+        assert code == 130, out
+        assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)

@@ -30,3 +30,20 @@ def test_load_settings_says_which_variables(monkeypatch) -> None:
             load_settings()
     finally:
         get_settings.cache_clear()
+
+
+def test_the_default_database_is_absolute_and_the_same_from_any_directory(tmp_path, monkeypatch) -> None:
+    """Unset KS_DATABASE_URL: one SQLite file under the user's data directory, not ./var."""
+    from sqlalchemy.engine import make_url
+
+    monkeypatch.delenv("KS_DATABASE_URL", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    here = Settings().database_url
+    monkeypatch.chdir(tmp_path)
+    assert Settings().database_url == here
+    db = make_url(here).database
+    assert db is not None and db == str(tmp_path / "data" / "kernelsearch" / "kernelsearch.db")
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert make_url(Settings().database_url).database == str(
+        tmp_path / "home" / ".local" / "share" / "kernelsearch" / "kernelsearch.db")

@@ -155,6 +155,11 @@ def test_cancel_stops_a_running_job(sqlite_store: Store, runner: TrialRunner) ->
         final = c.get(f"/v1/jobs/{job['id']}").json()
         assert final["status"] == "cancelled" and final["trials_done"] < 100
         assert c.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
+    # The case that ran when the job was cancelled stored its record: the job reports it.
+    (rec,) = [r for r in sqlite_store.list_records(KB, INTERPRETER_DEVICE) if r.axes == {"seq_len": 6}]
+    (case,) = final["best"]["cases"]
+    assert case["axes"] == {"seq_len": 6} and case["stopped_because"] == "cancelled"
+    assert case["best_latency_us"] == rec.latency_median_us and case["best_config"] == rec.config
 
 
 def test_job_timeout_fails_with_a_message(sqlite_store: Store, runner: TrialRunner) -> None:

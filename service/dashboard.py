@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -24,6 +23,7 @@ from kernelsearch import kernels
 from kernelsearch.db.interfaces import ServiceStore
 
 from .charts import PALETTE, Series, make_chart, microseconds
+from .lookups import run_read
 from .settings import Settings
 from kernelsearch.db.statuses import ACTIVE_STATUSES
 
@@ -278,10 +278,11 @@ def render(store: ServiceStore, settings: Settings, embedded_worker: bool) -> st
 
 
 async def page(fn: Any, *args: Any) -> HTMLResponse:
-    """fn(*args)'s HTML in a worker thread, with the CSP; a PageError is shown as its 4xx page."""
+    """fn(*args)'s HTML in a thread of the read pool (503 past KS_READ_TIMEOUT_S), with the CSP;
+    a PageError is shown as its 4xx page."""
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
     try:
-        html = await run_in_threadpool(fn, *args)
+        html = await run_read(fn, *args)
     except PageError as exc:
         html = _env.get_template("error.html").render(status=exc.status, message=str(exc))
         return HTMLResponse(html, status_code=exc.status, headers=headers)

@@ -99,7 +99,52 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     for router in (health.router, kernels.router, best.make_router(), records.router,
                    jobs.router, metrics.router, dashboard.router):
         app.include_router(router)
+    _document_html_errors(app)
     return app
+
+
+# JSON Schema's names for the bounds pydantic leaves under its own (a validated int's ge/le).
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+# What query_text lets through: no control character in any query parameter.
+QUERY_TEXT_PATTERN = "^[^\\x00-\\x1f\\x7f]*$"
+
+
+def _document_html_errors(app: FastAPI) -> None:
+    """The OpenAPI document as the app behaves: the HTML pages' refusals are their own 4xx page
+    (text/html) or the JSON shape when the refusal comes before the page (a bad path argument);
+    a query parameter's text has no control characters (query_text); an integer parameter's
+    bounds are JSON Schema's minimum/maximum."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build()
+        for ops in schema.get("paths", {}).values():
+            for op in ops.values():
+                if not isinstance(op, dict):
+                    continue
+                for param in op.get("parameters", ()):
+                    _document_parameter(param)
+                responses = op.get("responses", {})
+                if "text/html" not in responses.get("200", {}).get("content", {}):
+                    continue
+                for code, resp in responses.items():
+                    if code.startswith("4"):
+                        resp.setdefault("content", {})["text/html"] = {"schema": {"type": "string"}}
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_parameter(param: dict[str, Any]) -> None:
+    schema = param.get("schema", {})
+    for sub in [schema, *schema.get("anyOf", ())]:
+        for ours, theirs in _BOUNDS.items():
+            if ours in sub:
+                sub[theirs] = sub.pop(ours)
+        if param.get("in") == "query" and sub.get("type") == "string" and "enum" not in sub:
+            sub.setdefault("pattern", QUERY_TEXT_PATTERN)
 
 
 def _lifespan(own_store: bool, start_worker: bool, worker_process: bool) -> Any:

@@ -121,7 +121,9 @@ class WriterToken:
 
 
 def _needs_writer(app: Any, scope: dict) -> bool:
-    for route in getattr(app, "routes", ()):
+    from .errors import leaf_routes
+
+    for route in leaf_routes(getattr(app, "routes", ())):
         match, _ = route.matches(scope)
         if match == Match.FULL:
             return any(getattr(d, "dependency", None) is require_writer

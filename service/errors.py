@@ -7,7 +7,7 @@ encode: a 500). Here both become {"detail": "<sentence>", "errors": [{"loc", "ms
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -97,11 +97,22 @@ def simplify_errors(errors: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
+def leaf_routes(routes: Iterable[Any]) -> Iterator[Any]:
+    """The app's routes with the routers FastAPI includes opened up (it keeps an included
+    router as one entry; ours are included without a prefix, so their own routes match as is)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from leaf_routes(inner.routes)
+        else:
+            yield route
+
+
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route of the app answers at this request's path (Starlette's 405 names
     only those of the first route that matched the path)."""
     methods: set[str] = set()
-    for route in request.app.routes:
+    for route in leaf_routes(request.app.routes):
         match, _ = route.matches(request.scope)
         if match != Match.NONE:
             methods.update(getattr(route, "methods", None) or ())

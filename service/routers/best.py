@@ -85,8 +85,9 @@ def _parameters() -> list[dict[str, Any]]:
     axis_names = sorted({a.name for k in all_kernels for a in k.axes}
                         | {x for k in all_kernels for x in k.extra_axes})
     return [
-        {"name": "kernel", "in": "query", "required": True, "schema": {"type": "string"}},
-        {"name": "device", "in": "query", "required": True, "schema": {"type": "string"},
+        {"name": "kernel", "in": "query", "required": True, "schema": {"type": "string", "minLength": 1}},
+        {"name": "device", "in": "query", "required": True,
+         "schema": {"type": "string", "minLength": 1, "maxLength": 200},
          "description": "device name as torch reports it, e.g. NVIDIA H200"},
         {"name": "match", "in": "query", "required": False,
          "schema": {"type": "string", "enum": list(MATCHES), "default": "nearest"},

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     statement_timeout_s: float = Field(15.0, ge=0, le=3600, description="PostgreSQL "
                                        "statement_timeout of the API's connections (0: none); "
                                        "ends the query of a read that was answered 503")
-    nearest_max_ratio: float = Field(8.0, gt=1, description="/v1/best serves a nearest record "
+    nearest_max_ratio: float = Field(32.0, gt=1, description="/v1/best serves a nearest record "
                                      "only when the two cases' bytes moved differ by at most "
                                      "this factor; farther: 404")
     serve_worker: Literal["process", "thread"] = Field(

@@ -85,21 +85,21 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     app.state.read_pool = BoundedPool("reads", settings.read_threads, ReadTimeout,
                                       "KS_READ_TIMEOUT_S")
 
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
-                           allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(StrictJSON)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(WriterToken)  # outside the body's checks: a 401 before any 413/422
     app.add_middleware(ReadBound, pool=app.state.read_pool, timeout_s=settings.read_timeout_s)
+    if settings.cors_origins:  # outside the checks above, so their refusals carry CORS headers too
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
     if trusted_hosts is not None:
         app.add_middleware(TrustedHost, allowed=trusted_hosts)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (health.router, kernels.router, best.make_router(), records.router,
                    jobs.router, metrics.router, dashboard.router):
         app.include_router(router)
-    _document_html_errors(app)
+    _document_as_served(app)
     return app
 
 
@@ -109,7 +109,7 @@ _BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "ex
 QUERY_TEXT_PATTERN = "^[^\\x00-\\x1f\\x7f]*$"
 
 
-def _document_html_errors(app: FastAPI) -> None:
+def _document_as_served(app: FastAPI) -> None:
     """The OpenAPI document as the app behaves: the HTML pages' refusals are their own 4xx page
     (text/html) or the JSON shape when the refusal comes before the page (a bad path argument);
     a query parameter's text has no control characters (query_text); an integer parameter's

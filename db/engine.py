@@ -37,6 +37,43 @@ def redact_url_passwords(text: str) -> str:
     return _URL_PASSWORD.sub(r"\1:***@", text)
 
 
+class DatabaseURLError(ValueError):
+    """A database URL that cannot be used as written; the message never quotes its password."""
+
+
+def parse_database_url(url: object) -> URL:
+    """The parsed URL of a database this code can open, or DatabaseURLError saying, in one line
+    that quotes no password, what is wrong: not a URL, a raw "@" in the password (SQLAlchemy
+    would read what follows it as the host), a port that is not a number, a database or driver
+    this code cannot use."""
+    if not isinstance(url, str) or not url.strip():
+        raise DatabaseURLError("database URL: empty; expected e.g. sqlite:///var/kernelsearch.db "
+                               "or postgresql+psycopg://user:password@host:5432/db")
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        raise DatabaseURLError("database URL: not of the form driver://user:password@host:port/"
+                               "database (e.g. postgresql+psycopg://... or sqlite:///path)") from None
+    except ValueError:
+        raise DatabaseURLError("database URL: the port is not a number (or the password holds a "
+                               "raw '@' or ':'; percent-encode them as %40 and %3A)") from None
+    if parsed.host and "@" in parsed.host:
+        raise DatabaseURLError("database URL: the password holds a raw '@'; percent-encode it "
+                               "as %40 (user:p%40ss@host)")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise DatabaseURLError(f"database URL: port {parsed.port} is outside 1..65535")
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise DatabaseURLError(f"database URL: unsupported database {backend[:40]!r}; use "
+                               "sqlite:/// or postgresql+psycopg://")
+    try:
+        parsed.get_dialect()
+    except (exc.ArgumentError, ImportError):
+        raise DatabaseURLError(f"database URL: unknown driver {parsed.drivername[:60]!r}; use "
+                               "sqlite:/// or postgresql+psycopg://") from None
+    return parsed
+
+
 def _package_dir() -> Path:
     return Path(__file__).resolve().parent
 
@@ -70,7 +107,7 @@ def pg_connect_args(*, statement_timeout_ms: int | None = None,
 def engine_kwargs(url: str | URL) -> dict[str, Any]:
     """create_engine() keyword arguments for a URL that another library opens (Optuna's
     RDBStorage): pre-ping and, on PostgreSQL, pg_connect_args() less what the URL sets itself."""
-    parsed = make_url(url) if isinstance(url, str) else url
+    parsed = parse_database_url(url) if isinstance(url, str) else url
     if parsed.get_backend_name() != "postgresql":
         return {}
     args = {k: v for k, v in pg_connect_args().items() if k not in parsed.query}
@@ -129,22 +166,14 @@ def make_engine(url: str, *, statement_timeout_ms: int | None = None,
     so an unreachable server answers quickly instead of hanging a request; the timeouts bound
     what one statement, one lock wait and one wait for a pooled connection may take.
     """
-    if not isinstance(url, str) or not url:
-        raise ValueError("url: expected a SQLAlchemy database URL string")
-    try:
-        parsed = make_url(url)
-    except exc.ArgumentError as e:
-        raise ValueError(f"url: not a database URL ({e})") from None
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
+    parsed = parse_database_url(url)
+    if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
-    if backend == "postgresql":
-        defaults = pg_connect_args(statement_timeout_ms=statement_timeout_ms,
-                                   lock_timeout_ms=lock_timeout_ms)
-        connect_args = {k: v for k, v in defaults.items() if k not in parsed.query}
-        extra: dict[str, Any] = {} if pool_timeout_s is None else {"pool_timeout": pool_timeout_s}
-        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args, **extra)
-    raise ValueError(f"url: unsupported database {backend!r}; use sqlite:/// or postgresql+psycopg://")
+    defaults = pg_connect_args(statement_timeout_ms=statement_timeout_ms,
+                               lock_timeout_ms=lock_timeout_ms)
+    connect_args = {k: v for k, v in defaults.items() if k not in parsed.query}
+    extra: dict[str, Any] = {} if pool_timeout_s is None else {"pool_timeout": pool_timeout_s}
+    return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args, **extra)
 
 
 def _sqlite_engine(url: URL) -> Engine:

@@ -28,11 +28,13 @@ from kernelsearch.db.interfaces import ServiceStore
 from . import errors
 from .definitions import load_definitions
 from .errors import redact
-from .lookups import BestCache, lookup_store
+from .deps import WriterToken
+from .lookups import (BestCache, BoundedPool, LookupTimeout, ReadTimeout, current_reads, lookup_store,
+                      read_store)
 from .metrics import Metrics
 from .routers import best, dashboard, definitions, health, jobs, kernels, metrics, records
 from .settings import Settings, get_settings
-from .strict_input import BodyLimit, StrictJSON, query_text
+from .strict_input import BodyLimit, StrictJSON, TrustedHost, query_text
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,12 @@ STATIC_DIR = Path(__file__).with_name("static")
 
 
 def create_app(settings: Settings | None = None, *, store: ServiceStore | None = None,
-               start_worker: bool = False, worker_process: bool = False) -> FastAPI:
-    """The API over `store` (default: a Store on settings.database_url, and another with its
-    own pool and timeouts for lookups; both closed when the app stops).
+               start_worker: bool = False, worker_process: bool = False,
+               trusted_hosts: frozenset[str] | None = None) -> FastAPI:
+    """The API over `store` (default: a Store on settings.database_url with a statement timeout,
+    and another with its own pool and timeouts for lookups; both closed when the app stops).
+
+    With trusted_hosts (`serve` on a loopback address), any other Host header is refused 400.
 
     With start_worker, a Worker claims and tunes jobs for as long as the app runs: in a thread,
     or with worker_process in a `kernelsearch worker` child process (restarted if it dies).
@@ -51,9 +56,7 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     settings = settings or get_settings()
     own_store = store is None
     if store is None:
-        from kernelsearch.db.store import Store
-
-        store = Store(settings.database_url)
+        store = read_store(settings)
     lookups = lookup_store(settings) if own_store else store
 
     # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN.
@@ -79,19 +82,72 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
                               if settings.api_token else None)
     app.state.worker = None
     app.state.embedded_worker = start_worker
+    app.state.lookup_pool = BoundedPool("lookups", settings.lookup_threads, LookupTimeout,
+                                        "KS_LOOKUP_TIMEOUT_S")
+    app.state.read_pool = BoundedPool("reads", settings.read_threads, ReadTimeout,
+                                      "KS_READ_TIMEOUT_S")
 
-    if settings.cors_origins:
+    app.add_middleware(StrictJSON)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(WriterToken)  # outside the body's checks: a 401 before any 413/422
+    app.add_middleware(ReadBound, pool=app.state.read_pool, timeout_s=settings.read_timeout_s)
+    if settings.cors_origins:  # outside the checks above, so their refusals carry CORS headers too
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
-    app.add_middleware(StrictJSON)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if trusted_hosts is not None:
+        app.add_middleware(TrustedHost, allowed=trusted_hosts)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (health.router, kernels.router, definitions.router, best.make_router(),
                    records.router,
                    jobs.router, metrics.router, dashboard.router):
         app.include_router(router)
+    _document_as_served(app)
     return app
+
+
+# JSON Schema's names for the bounds pydantic leaves under its own (a validated int's ge/le).
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+# What query_text lets through: no control character in any query parameter.
+QUERY_TEXT_PATTERN = "^[^\\x00-\\x1f\\x7f]*$"
+
+
+def _document_as_served(app: FastAPI) -> None:
+    """The OpenAPI document as the app behaves: the HTML pages' refusals are their own 4xx page
+    (text/html) or the JSON shape when the refusal comes before the page (a bad path argument);
+    a query parameter's text has no control characters (query_text); an integer parameter's
+    bounds are JSON Schema's minimum/maximum."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build()
+        for ops in schema.get("paths", {}).values():
+            for op in ops.values():
+                if not isinstance(op, dict):
+                    continue
+                for param in op.get("parameters", ()):
+                    _document_parameter(param)
+                responses = op.get("responses", {})
+                if "text/html" not in responses.get("200", {}).get("content", {}):
+                    continue
+                for code, resp in responses.items():
+                    if code.startswith("4"):
+                        resp.setdefault("content", {})["text/html"] = {"schema": {"type": "string"}}
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_parameter(param: dict[str, Any]) -> None:
+    schema = param.get("schema", {})
+    for sub in [schema, *schema.get("anyOf", ())]:
+        for ours, theirs in _BOUNDS.items():
+            if ours in sub:
+                sub[theirs] = sub.pop(ours)
+        if param.get("in") == "query" and sub.get("type") == "string" and "enum" not in sub:
+            sub.setdefault("pattern", QUERY_TEXT_PATTERN)
 
 
 def _lifespan(own_store: bool, start_worker: bool, worker_process: bool) -> Any:
@@ -139,11 +195,29 @@ def _lifespan(own_store: bool, start_worker: bool, worker_process: bool) -> Any:
             if child is not None:
                 await asyncio.to_thread(child.stop)
             state.best_cache.close()
+            state.lookup_pool.close()
+            state.read_pool.close()
             if own_store:
                 state.lookups.close()
                 state.store.close()
 
     return lifespan
+
+
+class ReadBound:
+    """Pure ASGI middleware: the request's database reads (lookups.run_read) go to this app's
+    read pool, each waited on for at most KS_READ_TIMEOUT_S."""
+
+    def __init__(self, app: Any, pool: BoundedPool, timeout_s: float) -> None:
+        self.app = app
+        self.reads = (pool, timeout_s)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        token = current_reads.set(self.reads)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            current_reads.reset(token)
 
 
 def _check_schema(store: Any) -> None:

@@ -54,7 +54,7 @@ def _refuse_missing_file(url: str) -> None:
     `db upgrade` creates one)."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return  # make_engine says what is wrong with it
     db = parsed.database
     if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):

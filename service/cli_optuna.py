@@ -2,10 +2,12 @@
 
 It shows what the kernelsearch dashboard does not (parallel coordinates, parameter importance,
 the raw trials of each study). Its write routes (rename, delete, tell, notes) have no
-authentication, so it binds to loopback by default; a non-loopback host is refused unless the
-service has a token (KS_API_TOKEN), and then every request but GET, HEAD and OPTIONS needs
-`Authorization: Bearer <token>`. `/ks/study?name=...` redirects to a study by its name: the case
-pages link there, since they know study names and not Optuna's study ids.
+authentication of their own, so: while the service has a token (KS_API_TOKEN), every request but
+GET and HEAD needs `Authorization: Bearer <token>`, wherever it binds; it binds to loopback by
+default, and a non-loopback host is refused without a token; on loopback, a Host header other
+than localhost/127.0.0.1/[::1] with the port is refused (a browser page reaching it through
+DNS rebinding). `/ks/study?name=...` redirects to a study by its name: the case pages link
+there, since they know study names and not Optuna's study ids.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from urllib.parse import parse_qs, quote
 
 import typer
 
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+SAFE_METHODS = ("GET", "HEAD")
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -41,14 +43,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None) -> bool:
-    """Whether writes must carry the token; UnsafeBind for a non-loopback host without one."""
+    """Whether writes must carry the token (whenever one is set); UnsafeBind for a non-loopback
+    host without one."""
+    if token:
+        return True
     if is_loopback(host):
         return False
-    if not token:
-        raise UnsafeBind(
-            f"--host {host}: not a loopback address, and optuna-dashboard's write routes have no "
-            "authentication; set KS_API_TOKEN (writes then need it) or bind to 127.0.0.1")
-    return True
+    raise UnsafeBind(
+        f"--host {host}: not a loopback address, and optuna-dashboard's write routes have no "
+        "authentication; set KS_API_TOKEN (writes then need it) or bind to 127.0.0.1")
 
 
 def _reply(start_response: StartResponse, status: str, body: str,
@@ -59,16 +62,24 @@ def _reply(start_response: StartResponse, status: str, body: str,
     return [data]
 
 
-def sidecar_app(storage: Any, *, token: str | None, guard_writes: bool) -> WSGIApp:
-    """optuna-dashboard over `storage` (an Optuna storage), with the study-name redirect and,
-    when guard_writes, the bearer token required for every request that is not a read."""
+def sidecar_app(storage: Any, *, token: str | None, guard_writes: bool,
+                allowed_hosts: frozenset[str] | None = None) -> WSGIApp:
+    """optuna-dashboard over `storage` (an Optuna storage), with the study-name redirect; when
+    guard_writes, the bearer token required for every request that is not a read; with
+    allowed_hosts (a loopback bind), any other Host header refused 400."""
     import optuna_dashboard
+
+    from .strict_input import host_allowed
 
     inner = optuna_dashboard.wsgi(storage)
     expected = token.encode() if token else b""
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET").upper()
+        if allowed_hosts is not None and not host_allowed(environ.get("HTTP_HOST"), allowed_hosts):
+            return _reply(start_response, "400 Bad Request",
+                          "this server listens on loopback and answers only Host "
+                          f"{', '.join(sorted(allowed_hosts))}\n")
         if guard_writes and method not in SAFE_METHODS:
             auth = environ.get("HTTP_AUTHORIZATION", "")
             given = auth[7:].encode() if auth[:7].lower() == "bearer " else b""
@@ -111,16 +122,35 @@ def optuna_dashboard(
 
     from optuna.storages import RDBStorage
 
-    from .settings import get_settings
+    from kernelsearch.db.engine import DatabaseURLError, engine_kwargs, parse_database_url
 
-    settings = get_settings()
+    from .errors import redact
+    from .settings import SettingsError, load_settings
+    from .strict_input import loopback_hosts
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     token = settings.api_token.get_secret_value() if settings.api_token else None
     try:
         guard = check_bind(host, token)
     except UnsafeBind as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    storage = RDBStorage(url or settings.database_url)
+    db_url = url or settings.database_url
+    try:
+        parse_database_url(db_url)
+    except DatabaseURLError as exc:
+        typer.echo(f"error: {'--url' if url else 'KS_DATABASE_URL'}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        storage = RDBStorage(db_url, engine_kwargs=engine_kwargs(db_url))
+    except Exception as exc:  # Optuna connects and creates its tables here: say why, in one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        typer.echo(f"error: cannot open the database: {redact(first)}", err=True)
+        raise typer.Exit(1) from None
 
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True
@@ -129,7 +159,8 @@ def optuna_dashboard(
         def log_message(self, format: str, *args: Any) -> None:
             return None
 
-    app = sidecar_app(storage, token=token, guard_writes=guard)
+    hosts = loopback_hosts(port) if is_loopback(host) else None
+    app = sidecar_app(storage, token=token, guard_writes=guard, allowed_hosts=hosts)
     try:
         httpd = make_server(host, port, app, server_class=Server, handler_class=QuietHandler)
     except OSError as exc:
@@ -137,7 +168,8 @@ def optuna_dashboard(
         raise typer.Exit(1) from None
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"optuna-dashboard on http://{shown}:{port}/ "
-               f"({'writes need the token' if guard else 'loopback only'}); Ctrl-C stops it")
+               f"({'writes need the token' if guard else 'loopback only, no token set'}); "
+               "Ctrl-C stops it")
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:

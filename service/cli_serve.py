@@ -52,16 +52,20 @@ def register(app: typer.Typer) -> None:
         no_worker: bool = typer.Option(False, "--no-worker",
                                        help="API only: run workers with `kernelsearch worker`"),
     ) -> None:
-        """Run the REST API and dashboard; with an embedded worker unless --no-worker."""
+        """Run the REST API and dashboard; with an embedded worker unless --no-worker. On a
+        loopback address only Host localhost, 127.0.0.1 or [::1] with the port is answered."""
         import uvicorn
 
         from .api import create_app
+        from .cli_optuna import is_loopback
+        from .strict_input import loopback_hosts
 
         settings = _settings_or_exit()
         _logging(settings)
         _check_schema_or_exit(settings)
         app_ = create_app(settings, start_worker=not no_worker,
-                          worker_process=settings.serve_worker == "process")
+                          worker_process=settings.serve_worker == "process",
+                          trusted_hosts=loopback_hosts(port) if is_loopback(host) else None)
         uvicorn.run(app_, host=host, port=port, log_level=settings.log_level.lower(),
                     access_log=False)
 

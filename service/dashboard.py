@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -29,6 +28,7 @@ from kernelsearch.db.statuses import ACTIVE_STATUSES, JOB_STATUSES
 from kernelsearch.db.views import WORKER_VERSIONS
 
 from .charts import PALETTE, Series, make_chart, microseconds
+from .lookups import run_read
 from .settings import Settings
 from .views import case_work_or_none, current_versions, job_json, record_json
 
@@ -514,10 +514,11 @@ def render_jobs(store: ServiceStore, settings: Settings, query: Mapping[str, str
 
 
 async def page(fn: Any, *args: Any) -> HTMLResponse:
-    """fn(*args)'s HTML in a worker thread, with the CSP; a PageError is shown as its 4xx page."""
+    """fn(*args)'s HTML in a thread of the read pool (503 past KS_READ_TIMEOUT_S), with the CSP;
+    a PageError is shown as its 4xx page."""
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
     try:
-        html = await run_in_threadpool(fn, *args)
+        html = await run_read(fn, *args)
     except PageError as exc:
         html = _env.get_template("error.html").render(status=exc.status, message=str(exc))
         return HTMLResponse(html, status_code=exc.status, headers=headers)

@@ -122,6 +122,10 @@ class BestOut(RecordOut):  # type: ignore[valid-type,misc]
     match: Match = Field(description="exact: a record for these axes; nearest: the tuned case "
                                      "of this kernel and device closest in work")
     requested: dict[str, AxisValue] = Field(description="the axes asked for")
+    distance: float = Field(0.0, ge=0, description="how far the record's case is from the one "
+                            "asked for: 0 when exact, else the log ratio of their bytes moved")
+    ignored_axes: list[str] = Field(default_factory=list, description="informational axes the "
+                                    "query named, which do not key a case and were ignored")
     same_versions: bool = Field(description="tuned with this service's torch, triton and kernel source")
     current_versions: dict[str, str | None]
 

@@ -58,6 +58,20 @@ class Settings(BaseSettings):
                                     "failure (dropped connection, restart) this long before leaving a job")
     lookup_timeout_s: float = Field(1.0, gt=0, le=30, description="/v1/best and /healthz answer "
                                     "(from the cache, or 503) within this, whatever the database does")
+    lookup_threads: int = Field(8, gt=0, le=256, description="threads of /v1/best's misses and "
+                                "/healthz (their own: slow reads never take them)")
+    read_timeout_s: float = Field(10.0, gt=0, le=300, description="the other read routes (jobs, "
+                                  "records, the dashboard, /metrics) answer 503 with Retry-After "
+                                  "when the database has not answered within this")
+    read_threads: int = Field(8, gt=0, le=256, description="threads of the other read routes' "
+                              "database calls (a read past its bound keeps one until the "
+                              "statement timeout ends it)")
+    statement_timeout_s: float = Field(15.0, ge=0, le=3600, description="PostgreSQL "
+                                       "statement_timeout of the API's connections (0: none); "
+                                       "ends the query of a read that was answered 503")
+    nearest_max_ratio: float = Field(32.0, gt=1, description="/v1/best serves a nearest record "
+                                     "only when the two cases' bytes moved differ by at most "
+                                     "this factor; farther: 404")
     serve_worker: Literal["process", "thread"] = Field(
         "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
         "wait behind tuning), or a thread of the API process")
@@ -91,11 +105,14 @@ class SettingsError(ValueError):
 
 
 def load_settings() -> Settings:
-    """The settings, or SettingsError with one line per bad KS_* variable."""
+    """The settings, or SettingsError in one line naming each bad KS_* variable (a malformed
+    KS_DATABASE_URL included, its password never quoted)."""
     from pydantic import ValidationError
 
+    from kernelsearch.db.engine import DatabaseURLError, parse_database_url
+
     try:
-        return get_settings()
+        settings = get_settings()
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -103,6 +120,11 @@ def load_settings() -> Settings:
             name = f"KS_{loc.upper()}: " if loc else ""
             lines.append(f"{name}{err['msg'].removeprefix('Value error, ')}")
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None
+    try:
+        parse_database_url(settings.database_url)
+    except DatabaseURLError as exc:
+        raise SettingsError(f"invalid settings: KS_DATABASE_URL: {exc}") from None
+    return settings
 
 
 @lru_cache

@@ -13,14 +13,15 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 from pydantic import BeforeValidator
 
 from kernelsearch.db.portable import Loc, dotted, first_unportable
 
-from .errors import error_response
+from .errors import error_response, query_error
 
 _DECIMAL = re.compile(r"-?[0-9]{1,18}")
+_DIGITS = re.compile(r"-?[0-9]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -137,21 +138,37 @@ async def _disconnected() -> dict:
     return {"type": "http.disconnect"}
 
 
-def query_text(request: Request) -> None:
+async def query_text(request: Request) -> None:
     """App-wide dependency: no control character (NUL above all: PostgreSQL refuses it in text)
     in any query parameter's name or value."""
     for name, value in request.query_params.multi_items():
         for s in (name, value):
             bad = _CONTROL.search(s)
             if bad:
-                raise HTTPException(422, f"query parameter {name!r}: control character "
-                                         f"U+{ord(bad.group()):04X} is not allowed")
+                raise query_error(name, f"query parameter {name!r}: control character "
+                                        f"U+{ord(bad.group()):04X} is not allowed")
+
+
+def integer_problem(v: str) -> str | None:
+    """Why query text is not an integer this API reads (None when it is one): ASCII decimal
+    digits only, and at most 18 of them."""
+    if _DECIMAL.fullmatch(v):
+        return None
+    if _DIGITS.fullmatch(v):
+        return f"must be an integer of at most 18 digits, got {shown_digits(v)}"
+    return f"must be an integer written with ASCII digits, got {v[:40]!r}"
+
+
+def shown_digits(v: str) -> str:
+    """A long run of digits, shortened for a message."""
+    return v if len(v) <= 24 else f"{v[:20]}... ({len(v.lstrip('-'))} digits)"
 
 
 def _ascii_int(v: Any) -> Any:
     if isinstance(v, str):
-        if not _DECIMAL.fullmatch(v):
-            raise ValueError(f"must be an integer written with ASCII digits, got {v!r}")
+        problem = integer_problem(v)
+        if problem:
+            raise ValueError(problem)
         return int(v)
     return v
 
@@ -160,13 +177,76 @@ def _ascii_int(v: Any) -> Any:
 AsciiInt = Annotated[int, BeforeValidator(_ascii_int)]
 
 
+class AxisError(ValueError):
+    """A case axis of a query that is refused; `name` is the query parameter at fault."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 def parse_case_axes(kdef: Any, raw: Mapping[str, str]) -> dict[str, Any]:
-    """Case axes from query text, through the kernel's own `validate_axes`: an integer axis only
-    takes ASCII decimal text (validate_axes alone would read "1_000" or "١٢" via int())."""
-    given: dict[str, Any] = {n: int(v) if _DECIMAL.fullmatch(v) else v for n, v in raw.items()}
-    axes = kdef.validate_axes(given)
-    for n, v in axes.items():
-        if isinstance(v, int) and isinstance(given.get(n), str):
-            raise ValueError(f"{kdef.name}: axis {n!r} must be an integer written with ASCII "
-                             f"digits, got {given[n]!r}")
-    return axes
+    """Case axes from query text, each checked by the kernel's own Axis.parse and the whole by
+    its `validate_axes`; an integer axis only takes ASCII decimal text (Axis.parse alone would
+    read " 12"), at most 18 digits. AxisError names the parameter at fault. Informational axes
+    (kdef.extra_axes) are left to the caller."""
+    names = {a.name for a in kdef.axes}
+    for n in raw:
+        if n not in names and n not in kdef.extra_axes:
+            raise AxisError(f"{kdef.name}: unknown axis {n!r}; axes: {sorted(names)}", n)
+    given: dict[str, Any] = {}
+    for a in kdef.axes:
+        if a.name not in raw:
+            raise AxisError(f"{kdef.name}: missing axis {a.name!r}", a.name)
+        v: Any = raw[a.name]
+        if not a.categorical:
+            problem = integer_problem(v)
+            if problem and _DIGITS.fullmatch(v):
+                raise AxisError(f"{kdef.name}: axis {a.name!r}={shown_digits(v)} outside "
+                                f"[{a.minimum}, {a.maximum}]", a.name)
+            if problem:
+                raise AxisError(f"{kdef.name}: axis {a.name!r} {problem}", a.name)
+            v = int(v)
+        try:
+            given[a.name] = a.parse(v, kdef.name)
+        except ValueError as exc:
+            raise AxisError(str(exc), a.name) from None
+    return kdef.validate_axes(given)
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def loopback_hosts(port: int) -> frozenset[str]:
+    """The Host headers a server bound to loopback on `port` accepts: localhost, 127.0.0.1 and
+    [::1] with the port (without it too on port 80). Any other name reaching a loopback server
+    came through DNS rebinding from a browser page, not from this machine's user."""
+    hosts = {f"{h}:{port}" for h in LOOPBACK_NAMES}
+    if port == 80:
+        hosts.update(LOOPBACK_NAMES)
+    return frozenset(hosts)
+
+
+def host_allowed(host: str | None, allowed: frozenset[str]) -> bool:
+    return (host or "").strip().lower() in allowed
+
+
+class TrustedHost:
+    """Pure ASGI middleware: a request whose Host header is not one of `allowed` is answered 400
+    (as Starlette's TrustedHostMiddleware, which mis-reads an IPv6 host with a port)."""
+
+    def __init__(self, app: Any, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope.get("headers", ())).get(b"host", b"").decode("latin-1")
+        if not host_allowed(host, self.allowed):
+            resp = error_response(400, f"Host {host!r} is not served here: this server listens "
+                                       f"on loopback and answers {', '.join(sorted(self.allowed))}")
+            await resp(scope, _disconnected, send)
+            return
+        await self.app(scope, receive, send)

@@ -6,23 +6,29 @@ kernels included), so the router is built then, by `make_router`, rather than at
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response
 
 from kernelsearch import kernels
+from kernelsearch.db import errors as dberr
 
 from .. import errors, schemas
-from ..deps import BestCacheDep, LookupStore, LookupStoreDep, MetricsDep, SettingsDep
+from ..deps import (BestCacheDep, LookupPoolDep, LookupStore, LookupStoreDep, MetricsDep,
+                    SettingsDep)
+from ..errors import query_error
 from ..lookups import HIT_WAIT_S, bounded
-from ..strict_input import parse_case_axes
+from ..strict_input import AxisError, parse_case_axes
 from ..views import case_work, current_versions, dumps, record_json
 from .common import ERRORS, check_text, kernel_or_404
 
 log = logging.getLogger(__name__)
+
+MATCHES = ("nearest", "exact")
 
 
 def make_router() -> APIRouter:
@@ -40,23 +46,38 @@ def make_router() -> APIRouter:
 
 
 async def best(request: Request, settings: SettingsDep, lookups: LookupStoreDep,
-               cache: BestCacheDep, metrics: MetricsDep) -> Response:
-    """The best config for a case on a device: exact, else the nearest tuned case in work."""
+               cache: BestCacheDep, metrics: MetricsDep, pool: LookupPoolDep) -> Response:
+    """The best config for a case on a device: exact, else (match=nearest, the default) the
+    tuned case nearest in bytes moved within KS_NEAREST_MAX_RATIO. A cached answer is served
+    whatever the database does (X-KS-Cache: stale, with Age, when it could not be checked)."""
     t0 = time.perf_counter()
-    kernel, device, axes = parse_best_query(request.query_params.multi_items())
-    key = (kernel, device, tuple(sorted(axes.items())))
+    q = parse_best_query(request.query_params.multi_items())
+    key = (q.kernel, q.device, tuple(sorted(q.axes.items())), q.match, q.ignored)
     budget = settings.lookup_timeout_s
-    # A hit needs the version check only to be fresh: it waits on a slow one briefly.
-    await cache.fresh(timeout_s=min(budget, HIT_WAIT_S) if key in cache.entries else budget)
+    cached = key in cache.entries
+    try:
+        # A hit needs the version check only to be fresh: it waits on a slow one briefly.
+        current = await cache.fresh(timeout_s=min(budget, HIT_WAIT_S) if cached else budget)
+    except dberr.StoreUnavailable:
+        if key not in cache.entries:
+            raise
+        current = False
     hit = cache.entries.get(key)
     if hit is None:
-        metrics.record_cache.labels("miss").inc()
+        outcome = "miss"
         left = max(0.05, budget - (time.perf_counter() - t0))
-        hit = await bounded(lookup, lookups, kernel, device, axes, timeout_s=left)
+        hit = await bounded(lookup, lookups, q, settings.nearest_max_ratio, timeout_s=left,
+                            pool=pool)
         cache.put(key, hit)
+    else:
+        outcome = "hit" if current else "stale"
+    metrics.record_cache.labels(outcome).inc()
     status, body, match = hit
     metrics.count_lookup(match, time.perf_counter() - t0)
-    return Response(body, status_code=status, media_type="application/json")
+    headers = {"X-KS-Cache": outcome}
+    if outcome == "stale" and math.isfinite(cache.age()):
+        headers["Age"] = str(int(cache.age()))
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def _parameters() -> list[dict[str, Any]]:
@@ -64,9 +85,14 @@ def _parameters() -> list[dict[str, Any]]:
     axis_names = sorted({a.name for k in all_kernels for a in k.axes}
                         | {x for k in all_kernels for x in k.extra_axes})
     return [
-        {"name": "kernel", "in": "query", "required": True, "schema": {"type": "string"}},
-        {"name": "device", "in": "query", "required": True, "schema": {"type": "string"},
+        {"name": "kernel", "in": "query", "required": True, "schema": {"type": "string", "minLength": 1}},
+        {"name": "device", "in": "query", "required": True,
+         "schema": {"type": "string", "minLength": 1, "maxLength": 200},
          "description": "device name as torch reports it, e.g. NVIDIA H200"},
+        {"name": "match", "in": "query", "required": False,
+         "schema": {"type": "string", "enum": list(MATCHES), "default": "nearest"},
+         "description": "exact: only a record of these axes; nearest: else the tuned case "
+                        "nearest in bytes moved, within KS_NEAREST_MAX_RATIO"},
     ] + [{"name": a, "in": "query", "required": False, "schema": _axis_schema(a),
           "description": "a case axis of the kernel (see /v1/kernels/{kernel})"} for a in axis_names]
 
@@ -78,48 +104,89 @@ def _axis_schema(name: str) -> dict[str, Any]:
     return {"type": "string", "enum": cats} if cats else {"type": "integer"}
 
 
-def parse_best_query(items: list[tuple[str, str]]) -> tuple[str, str, dict[str, int]]:
-    """kernel, device and the case axes of a /v1/best query; 404/422 with a message otherwise."""
+@dataclass(frozen=True)
+class BestQuery:
+    """A /v1/best query, checked: the kernel's key axes, how to match, and the informational
+    axes it named (accepted, said to be ignored)."""
+
+    kernel: str
+    device: str
+    axes: dict[str, Any]
+    match: str = "nearest"
+    ignored: tuple[str, ...] = ()
+
+
+def parse_best_query(items: list[tuple[str, str]]) -> BestQuery:
+    """The query of /v1/best; 404 (unknown kernel) or 422 naming the parameter otherwise."""
     seen: dict[str, str] = {}
     for name, value in items:
         if name in seen:
-            raise HTTPException(422, f"query parameter {name!r} given twice")
+            raise query_error(name, f"query parameter {name!r} given twice")
         seen[name] = value
     kernel = seen.pop("kernel", None)
     device = seen.pop("device", None)
+    match = seen.pop("match", "nearest")
     if not kernel:
-        raise HTTPException(422, "query parameter 'kernel' is required")
+        raise query_error("kernel", "query parameter 'kernel' is required")
     if not device:
-        raise HTTPException(422, "query parameter 'device' is required")
+        raise query_error("device", "query parameter 'device' is required")
     check_text("device", device)
+    if match not in MATCHES:
+        raise query_error("match", f"match: one of {', '.join(MATCHES)}, got {match[:40]!r}")
     k = kernel_or_404(kernel)
     for extra in k.extra_axes:
         if extra in seen:
             v = seen[extra]
             if not (v.isascii() and v.isdigit() and 0 < len(v) < 12 and int(v) > 0):
-                raise HTTPException(422, f"{k.name}: axis {extra!r} must be a positive integer, "
-                                         f"got {v!r}")
+                raise query_error(extra, f"{k.name}: axis {extra!r} must be a positive integer, "
+                                         f"got {v[:40]!r}")
     try:
         axes = parse_case_axes(k, seen)
+    except AxisError as exc:
+        raise query_error(exc.name, str(exc)) from None
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
-    return k.name, device, axes
+    ignored = tuple(sorted(n for n in k.extra_axes if n in seen))
+    return BestQuery(k.name, device, axes, match, ignored)
 
 
-def lookup(store: LookupStore, kernel: str, device: str,
-           axes: Mapping[str, int]) -> tuple[int, bytes, str]:
-    """(status, body, match) for the cache: the record's JSON, or a 404 naming the devices known."""
-    k = kernels.get_kernel(kernel)
-    found = store.find_best(kernel, device, dict(axes), case_work(k, axes),
-                            distance=lambda other, _w: k.distance(axes, other))
+def lookup(store: LookupStore, q: BestQuery, max_ratio: float) -> tuple[int, bytes, str]:
+    """(status, body, match) for the cache: the record's JSON with its distance, or a 404 that
+    says why and names the devices with records of this kernel."""
+    k = kernels.get_kernel(q.kernel)
+    if q.match == "exact":
+        def distance(other: dict[str, Any], _w: float) -> float:
+            return math.inf  # only the exact case, which find_best tries first
+    else:
+        def distance(other: dict[str, Any], _w: float) -> float:
+            return k.distance(q.axes, other)
+    found = store.find_best(q.kernel, q.device, dict(q.axes), case_work(k, q.axes),
+                            distance=distance)
+    far = ""
+    if found is not None and found[1] != "exact":
+        d = k.distance(q.axes, found[0].axes)
+        if not d <= math.log(max_ratio):
+            far = (f"; the nearest tuned case, {_axes_text(found[0].axes)}, moves "
+                   f"{math.exp(d):.3g}x more or fewer bytes, past KS_NEAREST_MAX_RATIO ({max_ratio:g})")
+            found = None
     if found is None:
-        devices = [d["name"] for d in store.list_devices() if d.get("n_records")]
-        body = errors.error_body(f"no record of {kernel} on device {device!r}; devices with "
-                                 f"records: {', '.join(map(repr, devices)) or 'none'}")
+        devices = sorted({r.device for r in store.list_records(kernel=q.kernel)})
+        what = "for exactly these axes " if q.match == "exact" else ""
+        body = errors.error_body(f"no record of {q.kernel} {what}on device {q.device!r}{far}; "
+                                 f"devices with records of {q.kernel}: "
+                                 f"{', '.join(map(repr, devices)) or 'none'}")
         return 404, dumps(body), "none"
     record, match = found
     out = record_json(record)
-    current = current_versions(kernel)
-    out.update(match=match, requested=dict(axes), current_versions=current,
+    current = current_versions(q.kernel)
+    out.update(match=match, requested=dict(q.axes),
+               distance=0.0 if match == "exact" else round(k.distance(q.axes, record.axes), 6),
+               current_versions=current,
                same_versions=all(out["versions"].get(n) == v for n, v in current.items()))
+    if q.ignored:
+        out["ignored_axes"] = list(q.ignored)
     return 200, dumps(out), match
+
+
+def _axes_text(axes: dict[str, Any]) -> str:
+    return ", ".join(f"{n}={v}" for n, v in sorted(axes.items()))

@@ -10,6 +10,7 @@ from fastapi import Path as PathParam
 from kernelsearch import kernels
 
 from .. import schemas
+from ..errors import query_error
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": schemas.Message}, 404: {"model": schemas.Message},
@@ -28,6 +29,7 @@ def kernel_or_404(name: str) -> kernels.KernelDef:
 
 
 def check_text(name: str, value: str) -> None:
-    """Reject control characters (PostgreSQL refuses NUL in text) and absurd lengths: 422."""
+    """Reject control characters (PostgreSQL refuses NUL in text) and absurd lengths: 422
+    naming the query parameter."""
     if len(value) > 200 or any(ord(ch) < 32 for ch in value):
-        raise HTTPException(422, f"{name}: at most 200 printable characters")
+        raise query_error(name, f"{name}: at most 200 printable characters")

@@ -10,7 +10,8 @@ from kernelsearch.db import errors as dberr
 from kernelsearch.kernels.device import versions as kernel_versions
 
 from .. import schemas
-from ..deps import EmbeddedWorkerDep, LookupStore, LookupStoreDep, SettingsDep, StoreDep
+from ..deps import (EmbeddedWorkerDep, LookupPoolDep, LookupStore, LookupStoreDep, SettingsDep,
+                    StoreDep)
 from ..errors import redact
 from ..lookups import LookupTimeout, bounded
 
@@ -25,11 +26,12 @@ def _health(lookups: LookupStore) -> tuple[int, list[Any]]:
 @router.get("/healthz", response_model=schemas.Health,
             responses={503: {"model": schemas.Unhealthy}})
 async def healthz(settings: SettingsDep, store: StoreDep, lookups: LookupStoreDep,
-                  embedded_worker: EmbeddedWorkerDep) -> Any:
+                  embedded_worker: EmbeddedWorkerDep, pool: LookupPoolDep) -> Any:
     """200 when the database answers; 503 with the reason while it does not ("degraded"
     when it is reachable but slower than KS_LOOKUP_TIMEOUT_S: lookups answer from cache)."""
     try:
-        version, devices = await bounded(_health, lookups, timeout_s=settings.lookup_timeout_s)
+        version, devices = await bounded(_health, lookups, timeout_s=settings.lookup_timeout_s,
+                                        pool=pool)
     except LookupTimeout as exc:
         return JSONResponse({"status": "degraded", "detail": str(exc)},
                             status_code=503, headers={"Retry-After": "5"})

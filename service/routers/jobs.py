@@ -10,6 +10,7 @@ from kernelsearch.db.statuses import FINISHED_STATUSES
 
 from .. import schemas
 from ..deps import SettingsDep, StoreDep, require_writer
+from ..lookups import run_read
 from ..strict_input import AsciiInt
 from ..views import job_json
 from .common import ERRORS, JOB_ID, WRITE_ERRORS, kernel_or_404
@@ -59,15 +60,16 @@ def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) 
 
 
 @router.get("/v1/jobs", response_model=list[schemas.JobOut], responses=ERRORS)
-def list_jobs(store: StoreDep, status: schemas.JobStatus | None = None,
-              limit: Annotated[AsciiInt, Query(ge=1, le=1000)] = 100) -> Any:
-    """Newest first."""
-    return [job_json(j) for j in store.list_jobs(status=status, limit=limit)]
+async def list_jobs(store: StoreDep, status: schemas.JobStatus | None = None,
+                    limit: Annotated[AsciiInt, Query(ge=1, le=1000)] = 100) -> Any:
+    """Newest first (503 with Retry-After when the database is slower than KS_READ_TIMEOUT_S)."""
+    jobs = await run_read(lambda: store.list_jobs(status=status, limit=limit))
+    return [job_json(j) for j in jobs]
 
 
 @router.get("/v1/jobs/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-def get_job(job_id: Annotated[AsciiInt, JOB_ID], store: StoreDep) -> Any:
-    job = store.get_job(job_id)
+async def get_job(job_id: Annotated[AsciiInt, JOB_ID], store: StoreDep) -> Any:
+    job = await run_read(store.get_job, job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id}")
     return job_json(job)

@@ -9,6 +9,7 @@ from kernelsearch.db.store import RecordDoc
 
 from .. import schemas
 from ..deps import BestCacheDep, StoreDep, require_writer
+from ..lookups import run_read
 from ..views import record_json
 from .common import ERRORS, WRITE_ERRORS, check_text, kernel_or_404
 
@@ -16,14 +17,15 @@ router = APIRouter(tags=["lookups"])
 
 
 @router.get("/v1/records", response_model=list[schemas.RecordOut], responses=ERRORS)
-def records(store: StoreDep, kernel: str | None = Query(None, max_length=200),
-            device: str | None = Query(None, max_length=200)) -> Any:
+async def records(store: StoreDep, kernel: str | None = Query(None, max_length=200),
+                  device: str | None = Query(None, max_length=200)) -> Any:
     """The current tuned records, optionally of one kernel and/or one device."""
     if kernel is not None:
         kernel_or_404(kernel)
     if device is not None:
         check_text("device", device)
-    return [record_json(r) for r in store.list_records(kernel=kernel, device=device)]
+    found = await run_read(lambda: store.list_records(kernel=kernel, device=device))
+    return [record_json(r) for r in found]
 
 
 @router.post("/v1/records", status_code=201, response_model=schemas.RecordOut,

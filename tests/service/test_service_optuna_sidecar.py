@@ -1,5 +1,6 @@
 """`kernelsearch optuna-dashboard`: loopback by default, a non-loopback host only behind the
-token (optuna-dashboard's own write routes have no authentication), studies found by name."""
+token (optuna-dashboard's own write routes have no authentication), every write behind the token
+once one is set, a foreign Host refused on loopback (the API's `serve` too), studies by name."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from kernelsearch.service.cli import app as cli
 from kernelsearch.service.cli_optuna import UnsafeBind, check_bind, is_loopback, sidecar_app
 from kernelsearch.service.settings import get_settings
+from kernelsearch.service.strict_input import loopback_hosts
 
 TOKEN = "s3cret-token"
 
@@ -110,3 +112,61 @@ def test_command_serves_the_database(sqlite_url: str) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_loopback_writes_need_the_token_once_one_is_set(sqlite_url: str) -> None:
+    """KS_API_TOKEN set, bound to loopback: a write without the token is refused all the same
+    (a browser page or another local user reaches loopback too)."""
+    storage = _storage(sqlite_url)
+    sid = storage.get_study_id_from_name("ks/k/n=8/dev")
+    assert check_bind("127.0.0.1", TOKEN) is True
+    app = sidecar_app(storage, token=TOKEN, guard_writes=check_bind("127.0.0.1", TOKEN),
+                      allowed_hosts=loopback_hosts(8080))
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://127.0.0.1:8080") as c:
+        assert c.delete(f"/api/studies/{sid}").status_code == 401
+        assert c.options(f"/api/studies/{sid}").status_code == 401
+        assert c.get("/api/studies").status_code == 200
+        assert [s.study_name for s in storage.get_all_studies()] == ["ks/k/n=8/dev"]
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8080", "127.0.0.1.nip.io:8080",
+                                  "localhost:9999", "[::2]:8080", ""])
+def test_loopback_refuses_a_foreign_host(sqlite_url: str, host: str) -> None:
+    storage = _storage(sqlite_url)
+    sid = storage.get_study_id_from_name("ks/k/n=8/dev")
+    app = sidecar_app(storage, token=None, guard_writes=False, allowed_hosts=loopback_hosts(8080))
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://127.0.0.1:8080") as c:
+        r = c.delete(f"/api/studies/{sid}", headers={"Host": host})
+        assert r.status_code == 400, r.text
+        assert c.get("/api/studies", headers={"Host": host}).status_code == 400
+        assert [s.study_name for s in storage.get_all_studies()] == ["ks/k/n=8/dev"]
+        for good in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080"):
+            assert c.get("/api/studies", headers={"Host": good}).status_code == 200, good
+
+
+def test_a_good_write_passes_the_token_and_host_checks(sqlite_url: str) -> None:
+    storage = _storage(sqlite_url)
+    sid = storage.get_study_id_from_name("ks/k/n=8/dev")
+    app = sidecar_app(storage, token=TOKEN, guard_writes=True, allowed_hosts=loopback_hosts(8080))
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://localhost:8080") as c:
+        r = c.post(f"/api/studies/{sid}/rename", json={"study_name": "renamed"},
+                   headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 201, r.text
+    assert [s.study_name for s in storage.get_all_studies()] == ["renamed"]
+
+
+def test_the_api_on_loopback_checks_host_too(sqlite_store) -> None:
+    from fastapi.testclient import TestClient
+    from svc_helpers import settings_for
+
+    from kernelsearch.service.api import create_app
+
+    app = create_app(settings_for(sqlite_store.url), store=sqlite_store,
+                     trusted_hosts=loopback_hosts(8000))
+    with TestClient(app, base_url="http://127.0.0.1:8000") as c:
+        assert c.get("/healthz").status_code == 200
+        for host in ("evil.example", "evil.example:8000", "127.0.0.1:8001"):
+            r = c.get("/healthz", headers={"Host": host})
+            assert r.status_code == 400 and "loopback" in r.json()["detail"], host
+            assert c.post("/v1/jobs", json={}, headers={"Host": host}).status_code == 400
+        assert c.get("/v1/kernels", headers={"Host": "[::1]:8000"}).status_code == 200

@@ -255,3 +255,27 @@ def test_an_optional_tensor_passed_as_none_keys_its_own_record(sqlite_store, mon
     maybe_gated[grid](x, g, y, 40, HAS_G=True)
     maybe_gated[grid](x, None, y, 40, HAS_G=False)
     assert set(maybe_gated.sources.values()) == {Source.STORE}
+
+
+_CPU_PROGRAM = """
+{first}
+import torch, triton, triton.language as tl
+@kernelsearch.autotune(configs=[triton.Config({{'B': 16}}), triton.Config({{'B': 32}})], key=['n'])
+@triton.jit
+def k(x, y, n, B: tl.constexpr):
+    o = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(y + o, tl.load(x + o, mask=o < n), mask=o < n)
+x, y = torch.randn(40), torch.empty(40)
+k[lambda m: (triton.cdiv(40, m['B']),)](x, y, 40)
+print('same', torch.equal(x, y))
+"""
+
+
+@pytest.mark.parametrize("first", ["import kernelsearch\nimport triton.language",
+                                   "import triton.language\nimport kernelsearch"])
+def test_on_a_cpu_the_import_order_does_not_matter(first: str) -> None:
+    env = {k: v for k, v in child_env().items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _CPU_PROGRAM.format(first=first)], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=HERE)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("same True")

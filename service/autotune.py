@@ -42,8 +42,9 @@ from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, config_key, configs_rule,
                                        params_from_configs, source_hash_of, work_distance)
-from kernelsearch.kernels.undeclared import (Definition, UndeclaredKernel, kernel_def, tensor_args,
-                                             work_of, written_mismatches)
+from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, UndeclaredKernel,
+                                             dtype_axis, kernel_def, tensor_args, work_of,
+                                             written_mismatches)
 
 from .views import case_work_or_none
 
@@ -855,7 +856,12 @@ class Autotuner(TritonAutotuner):
         or the call's dtypes are not the declaration's."""
         kdef = self.kernel_def
         if kdef is not None:
-            return kdef.case_key_of(named)
+            case = kdef.case_key_of(named)
+            if case is None:
+                self._tell("outside", logging.INFO, "%s: called outside its declaration (axes %s, "
+                           "dtypes %s); such calls are tuned here, not shared", kdef.name,
+                           [a.name for a in kdef.axes], dict(kdef.dtypes))
+            return case
         und = self._undeclared_of(named)
         axes = und.definition.case_axes(named) if und is not None else None
         if und is None or axes is None:
@@ -1082,8 +1088,15 @@ class DecoratedKernel(KernelDef):
     def case_key_of(self, named: Mapping[str, Any]) -> CaseKey | None:
         from kernelsearch.kernels.device import device_name
 
-        axes: dict[str, int] = {}
+        axes: dict[str, Any] = {}
         for a in self.axes:
+            if a.categorical:  # a dtype axis (`declare(dtypes={arg: [...]})`)
+                dt = getattr(named.get(a.name.removesuffix(DTYPE_AXIS_SUFFIX)), "dtype", None)
+                name = str(dt).removeprefix("torch.")
+                if dt is None or name not in a.choices:
+                    return None
+                axes[a.name] = name
+                continue
             v = named.get(a.name)
             if isinstance(v, bool) or not isinstance(v, int) or not a.minimum <= v <= a.maximum:
                 return None
@@ -1182,7 +1195,9 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
     module tunes it. `launch(*inputs)` is the user's own function that calls the kernel;
     `make_inputs(axes, seed=, distribution=, device=)` draws a case's inputs; `reference(*inputs)`
     gives the outputs to compare with (default: the first config's); `axes` name arguments of the
-    Triton kernel whose values key a record; `dtypes` the tensor arguments' dtypes it covers;
+    Triton kernel whose values key a record; `dtypes` the tensor arguments' dtypes it covers (a
+    list of dtypes for an argument makes a categorical axis `<arg>.dtype`, so one declaration
+    serves each of them);
     `search_space` what a worker searches (default: the decorator's configs); `module` the
     module a worker imports to see the declaration (default: the caller's)."""
     if not isinstance(tuner, Autotuner):
@@ -1193,6 +1208,19 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
         if a.name not in tuner.arg_names:
             raise ValueError(f"axes: {a.name!r} is not an argument of {tuner.base_fn.__name__} "
                              f"({', '.join(tuner.arg_names)})")
+    # dtypes: one dtype per argument (calls of other dtypes are not this declaration's), or a
+    # list of them: a categorical axis `<arg>.dtype`, so one declaration keys each dtype's record.
+    fixed_dtypes: dict[str, Any] = {}
+    for arg, dt in (dtypes or {}).items():
+        if arg not in tuner.arg_names:
+            raise ValueError(f"dtypes: {arg!r} is not an argument of {tuner.base_fn.__name__}")
+        if isinstance(dt, (list, tuple)):
+            if not dt:
+                raise ValueError(f"dtypes: {arg!r} lists no dtype")
+            axis_defs += (Axis(dtype_axis(arg), doc=f"dtype of {arg}",
+                               choices=tuple(str(d).removeprefix("torch.") for d in dt)),)
+        else:
+            fixed_dtypes[arg] = dt
     space = [config_dict(c) for c in (search_space or tuner.configs)]
     if not space:
         raise ValueError("search_space: give at least one triton.Config")
@@ -1247,7 +1275,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
         bytes_moved=bytes_moved, check_inputs=check_inputs or (lambda *i: None),
         rules=configs_rule(space), autotuner=tuner, space=tuple(space),
         triton_kernels=(_jit_of(tuner),),
-        dtypes=dict(dtypes or {}), flops=flops, user_launch=launch, output_dtypes=output_dtypes,
+        dtypes=fixed_dtypes, flops=flops, user_launch=launch, output_dtypes=output_dtypes,
         tolerance=tolerance)
     tuner.kernel_name = kname
     tuner.kernel_def = kdef

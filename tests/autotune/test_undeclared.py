@@ -279,3 +279,41 @@ def test_on_a_cpu_the_import_order_does_not_matter(first: str) -> None:
                          capture_output=True, text=True, timeout=300, cwd=HERE)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("same True")
+
+
+def test_one_declaration_keys_each_dtype(sqlite_store, monkeypatch, caplog) -> None:
+    """declare(dtypes={arg: [...]}) is a categorical axis: fp32 and fp64 calls each get their own
+    record; a dtype outside the list says so once and is tuned here, not shared."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="kernelsearch.service.autotune")
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+
+    @kernelsearch.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"],
+                           do_bench=lambda fn, quantiles=None: (fn(), [1.0, 1.0, 1.0])[1])
+    @triton.jit
+    def twice_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+    def twice(x):
+        y = torch.empty_like(x)
+        twice_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+        return y
+
+    def make(axes, *, seed, distribution="benchmark", device="cpu"):
+        dt = getattr(torch, axes["x_ptr.dtype"])
+        return (torch.randn(int(axes["n"]), generator=torch.Generator().manual_seed(seed)).to(dt),)
+
+    kdef = twice_kernel.declare(
+        name="ks_test_twice_dtypes", launch=twice, make_inputs=make, axes=("n",),
+        dtypes={"x_ptr": [torch.float32, torch.float64]}, input_names=("x",),
+        output_names=("y",), bytes_moved=lambda a: 8 * int(a["n"]), rtol=1e-6, register=False)
+    assert [a.name for a in kdef.axes] == ["n", "x_ptr.dtype"] and kdef.axes[1].categorical
+    named32 = {"x_ptr": torch.zeros(8), "y_ptr": torch.zeros(8), "n": 8}
+    named64 = {**named32, "x_ptr": torch.zeros(8, dtype=torch.float64)}
+    assert twice_kernel.case_key(named32).axes_dict == {"n": 8, "x_ptr.dtype": "float32"}
+    assert twice_kernel.case_key(named64).axes_dict == {"n": 8, "x_ptr.dtype": "float64"}
+    assert twice_kernel.case_key({**named32, "x_ptr": torch.zeros(8, dtype=torch.float16)}) is None
+    assert twice_kernel.case_key({**named32, "x_ptr": torch.zeros(8, dtype=torch.int32)}) is None
+    assert caplog.text.count("called outside its declaration") == 1

@@ -433,7 +433,12 @@ class KernelDef:
         at twice the size is as near as one at half."""
         if self.categories(a) != self.categories(b):
             return math.inf
-        return work_distance(self.bytes_moved(a), self.bytes_moved(b))
+        return work_distance(self.work(a), self.work(b))
+
+    def work(self, axes: Axes) -> float:
+        """A case's size for "nearest": the bytes it moves (a kernel that cannot know its bytes
+        says another size)."""
+        return float(self.bytes_moved(axes))
 
     def categories(self, axes: Mapping[str, Any]) -> dict[str, str]:
         """The categorical axes of a case: a record is served only to cases that share them."""

@@ -162,6 +162,10 @@ class UndeclaredKernel(KernelDef):
 
     definition: Definition
 
+    def work(self, axes: Mapping[str, Any]) -> float:
+        """The product of the integer key values: an undeclared kernel declares no bytes."""
+        return float(work_of(axes))
+
 
 def kernel_def(defn: Definition) -> UndeclaredKernel:
     """The KernelDef of an undeclared kernel: its axes, its configs as the whole space, and no
@@ -179,7 +183,7 @@ def kernel_def(defn: Definition) -> UndeclaredKernel:
         input_names=defn.arg_names, output_names=(), rtol=DTYPE_RTOL[torch.float32],
         description=defn.description or f"{defn.module}.{defn.qualname} (undeclared)",
         make_inputs=not_declared, reference=not_declared, launch=not_declared,
-        axes_of=not_declared, bytes_moved=work_of, rules=configs_rule(list(defn.configs)),
+        axes_of=not_declared, bytes_moved=not_declared, rules=configs_rule(list(defn.configs)),
         tolerance=lambda axes: max([dtype_rtol(getattr(torch, str(axes[dtype_axis(a)]), torch.float32))
                                     for a in defn.dtype_args
                                     if axes.get(dtype_axis(a), NO_TENSOR) != NO_TENSOR]

@@ -27,9 +27,9 @@ def current_versions(kernel: str) -> dict[str, str | None]:
 
 
 def case_work(kernel: str | kernels.KernelDef, axes: Mapping[str, Any]) -> int:
-    """The bytes a case of `kernel` moves: the measure nearest-case lookups compare."""
+    """The size nearest-case lookups compare: the bytes a case moves (KernelDef.work)."""
     kdef = kernels.get_kernel(kernel) if isinstance(kernel, str) else kernel
-    return int(kdef.bytes_moved(axes))
+    return int(kdef.work(axes))
 
 
 def case_work_or_none(kernel: str | kernels.KernelDef | None, axes: Mapping[str, Any]) -> int | None:

@@ -15,7 +15,7 @@ from kernelsearch.db.engine import upgrade
 from kernelsearch.db.store import Store, parse_records_doc
 from kernelsearch.service.api import create_app
 from kernelsearch.service.cli import app as cli
-from kernelsearch.service.records_check import check_against_kernel
+from kernelsearch.search_space.acceptance import import_check as check_against_kernel
 
 SHIPPED = Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json"
 

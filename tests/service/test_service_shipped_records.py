@@ -20,11 +20,15 @@ from kernelsearch.search_space.acceptance import import_check as check_against_k
 SHIPPED = Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json"
 
 
+# A complete config: `records import` refuses a partial one (the acceptance gate).
+CONFIG = {**kernels.get_kernel(KB).default_config, "ROWS": 2, "num_warps": 2}
+
+
 def test_import_if_empty_then_served(tmp_path, sqlite_url: str) -> None:
     src_url = f"sqlite:///{tmp_path / 'gpu.db'}"
     upgrade(src_url)
     with Store(src_url) as gpu:
-        gpu.upsert_best(record(KB, {"seq_len": 128}, 20.0, config={"ROWS": 2, "num_warps": 2}))
+        gpu.upsert_best(record(KB, {"seq_len": 128}, 20.0, config=CONFIG))
         gpu.upsert_best(record(KA, {"total_patches": 256}, 4.0))
         doc = gpu.export_records()
     export = tmp_path / "h200_records.json"
@@ -41,7 +45,7 @@ def test_import_if_empty_then_served(tmp_path, sqlite_url: str) -> None:
     with Store(sqlite_url) as store, TestClient(create_app(settings_for(sqlite_url),
                                                            store=store)) as c:
         b = c.get("/v1/best", params={"kernel": KB, "device": H200, "seq_len": 128}).json()
-        assert b["match"] == "exact" and b["config"] == {"ROWS": 2, "num_warps": 2}
+        assert b["match"] == "exact" and b["config"] == CONFIG
         assert len(c.get("/v1/records", params={"device": H200}).json()) == 2
 
 

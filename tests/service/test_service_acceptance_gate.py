@@ -251,3 +251,28 @@ def test_upload_of_the_shared_record_goes_through_the_gate(monkeypatch) -> None:
     monkeypatch.setattr(at.BACKENDS, "_ensure", lambda: pytest.fail("a refused record reached a backend"))
     bad = copy.deepcopy(record(KA, AXES, 20.0, rel_error=1.0))
     assert at.BACKENDS.upload(bad) is False
+
+
+def test_the_tuner_record_goes_through_the_gate() -> None:
+    """search_space.records.best_record gives only what the gate accepts: a best trial whose
+    error is above the kernel's tolerance never becomes a record."""
+    from types import SimpleNamespace
+
+    from kernelsearch.search_space.records import BestTrial, best_record
+
+    runner_ = SimpleNamespace(versions={"torch": "2", "triton": "3"}, device_info=None, on_gpu=False)
+    cfg = kernels.get_kernel(KA).default_config
+
+    def best(rel_error: float) -> BestTrial:
+        return BestTrial(kernel=KA, axes=dict(AXES), device=H200, study_name="s", latency_us=20.0,
+                         config=cfg, outcome={"timing": {"method": "interpreter-wallclock"},
+                                              "rel_errors": {"benchmark": rel_error}},
+                         n_trials=3, n_failed=0)
+
+    ok = best_record(best(1e-7), runner_, job_id=None, reference="none",  # type: ignore[arg-type]
+                     copy_bandwidth=None, measure_n=1)
+    assert ok.config == cfg and ok.origin == "worker"
+    with pytest.raises(RecordRejected) as e:
+        best_record(best(0.5), runner_, job_id=None, reference="none",  # type: ignore[arg-type]
+                    copy_bandwidth=None, measure_n=1)
+    assert e.value.field == "rel_error"

@@ -15,7 +15,7 @@ from kernelsearch.db.engine import upgrade
 from kernelsearch.db.store import Store, parse_records_doc
 from kernelsearch.service.api import create_app
 from kernelsearch.service.cli import app as cli
-from kernelsearch.search_space.acceptance import import_check as check_against_kernel
+from kernelsearch.search_space.acceptance import import_check
 
 SHIPPED = Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json"
 
@@ -52,7 +52,7 @@ def test_import_if_empty_then_served(tmp_path, sqlite_url: str) -> None:
 @pytest.mark.skipif(not SHIPPED.exists(), reason="service/data/h200_records.json not shipped yet")
 def test_shipped_file_is_valid_for_this_code() -> None:
     # The same check `records import` (so `make run`) applies.
-    recs = parse_records_doc(json.loads(SHIPPED.read_text()), check=check_against_kernel)
+    recs = parse_records_doc(json.loads(SHIPPED.read_text()), check=import_check)
     assert recs, "the shipped file holds no records"
     for r in recs:
         k = kernels.get_kernel(r.kernel)

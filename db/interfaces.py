@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .views import ImportReport, JobView, RecordIn, RecordView
+    from .views import ImportReport, JobView, RecordIn, RecordView, Withdrawal
     from .wire import EntryCheck
 
 
@@ -123,12 +123,14 @@ class TrialLog(Protocol):
 
 @runtime_checkable
 class RecordTransfer(Protocol):
-    """Records files out and in (the wire format lives with it)."""
+    """Records files out and in (the wire format lives with it), and a record withdrawn."""
 
     def export_records(self, kernel: str | None = None, device: str | None = None,
                        include_history: bool = False) -> dict[str, Any]: ...
 
     def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None) -> ImportReport: ...
+
+    def withdraw_record(self, record_id: int) -> Withdrawal: ...
 
 
 @runtime_checkable

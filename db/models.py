@@ -202,6 +202,11 @@ class Record(Base):
     study_name: Mapped[str | None] = mapped_column(String(300))
     job_id: Mapped[int | None] = mapped_column(Integer)
     tuned_at: Mapped[datetime]
+    # Provenance (statuses.RECORD_ORIGINS): an upload never supersedes another origin's record.
+    # `uploaded_by` is the writer token's name or "anonymous", `uploaded_from` the client's host.
+    origin: Mapped[str] = mapped_column(String(16), server_default="worker")
+    uploaded_by: Mapped[str | None] = mapped_column(String(200))
+    uploaded_from: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     is_current: Mapped[bool] = mapped_column(Boolean)
     superseded_at: Mapped[datetime | None]

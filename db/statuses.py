@@ -7,3 +7,9 @@ from __future__ import annotations
 ACTIVE_STATUSES = ("queued", "running")
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
 JOB_STATUSES = ACTIVE_STATUSES + FINISHED_STATUSES
+
+# Where a record came from: a worker's study, an upload by a user's process (`POST /v1/records`,
+# `@kernelsearch.autotune` sharing), or a records file (`kernelsearch records import`). An upload
+# never supersedes a record of another origin (db.repos.records).
+RECORD_ORIGINS = ("worker", "upload", "import")
+UPLOAD_ORIGIN = "upload"

@@ -17,8 +17,8 @@ from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
 
 __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
-    "TrialIn", "RecordView", "ImportReport", "RECORD_KEY_FIELDS", "RECORD_COLUMNS", "VIEW_COLUMNS",
-    "field_specs", "WORKER_VERSIONS",
+    "TrialIn", "RecordView", "ImportReport", "Withdrawal", "RECORD_KEY_FIELDS", "RECORD_COLUMNS",
+    "VIEW_COLUMNS", "field_specs", "WORKER_VERSIONS",
 ]
 
 # The key of a device's info (ks_devices.info) under which a worker reports the torch and triton
@@ -92,6 +92,10 @@ class RecordFields:
     study_name: str | None = None
     job_id: int | None = None
     tuned_at: datetime = field(default_factory=utcnow)
+    # Provenance (statuses.RECORD_ORIGINS): who stored the record, and from where when uploaded.
+    origin: str = "worker"
+    uploaded_by: str | None = None
+    uploaded_from: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +143,18 @@ class ImportReport:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """A withdrawn (deleted) record, and the record of its key served in its place, if any."""
+
+    withdrawn: RecordView
+    now_current: RecordView | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"withdrawn": self.withdrawn.as_dict(),
+                "now_current": self.now_current.as_dict() if self.now_current else None}
 
 
 # The fields a record's key rows hold (ks_kernels, ks_cases, ks_devices); every other field of

@@ -19,6 +19,7 @@ from .checks import axes_key
 from .errors import ImportRejected
 from .models import TIMING_METHODS, Case, Device, Kernel, Record
 from .portable import dotted, first_unportable
+from .statuses import RECORD_ORIGINS
 from .views import RecordFields, RecordIn, RecordView, TrialIn, field_specs
 
 EXPORT_SCHEMA = "kernelsearch.records"
@@ -113,6 +114,7 @@ _RECORD_TYPES: dict[str, Any] = {
     "axes": dict[str, AxisValue],
     "device_info": DeviceInfoDoc | None,
     "timing_method": Literal[TIMING_METHODS],
+    "origin": Literal[RECORD_ORIGINS],
 }
 _RECORD_LIMITS: dict[str, dict[str, Any]] = {
     "kernel": {"max_length": _width(Kernel.name)},
@@ -125,6 +127,8 @@ _RECORD_LIMITS: dict[str, dict[str, Any]] = {
     "study_name": {"max_length": _width(Record.study_name)},
     "job_id": {"ge": 0, "le": INT32_MAX},
     "tuned_at": {"strict": False},
+    "uploaded_by": {"max_length": _width(Record.uploaded_by)},
+    "uploaded_from": {"max_length": _width(Record.uploaded_from)},
 }
 
 
@@ -173,14 +177,22 @@ class _RecordRules(BaseModel):
     @field_validator("tuned_at", check_fields=False)
     @classmethod
     def _utc(cls, v: datetime) -> datetime:
-        return (v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v).astimezone(timezone.utc)
+        # An offset can carry a time at either end of the calendar past it (0001-01-01T00:00
+        # +23:59 is in year 0 in UTC): datetime raises OverflowError, which pydantic would not
+        # turn into a validation error.
+        try:
+            return (v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v).astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError(f"{v.isoformat()} is outside the years 1..9999 in UTC") from None
 
-    @model_validator(mode="after")
-    def _ordered(self) -> Any:
-        r: Any = self  # a RecordDoc: the fields are RecordFields'
-        if not r.latency_min_us <= r.latency_median_us <= r.latency_max_us:
+    @field_validator("latency_max_us", check_fields=False)
+    @classmethod
+    def _ordered(cls, v: float, info: Any) -> float:
+        # The last of the three latencies (fields validate in order), so the error names a field.
+        lo, mid = info.data.get("latency_min_us"), info.data.get("latency_median_us")
+        if lo is not None and mid is not None and not lo <= mid <= v:
             raise ValueError("latencies must satisfy latency_min_us <= latency_median_us <= latency_max_us")
-        return self
+        return v
 
     @model_validator(mode="after")
     def _speedups_from_references(self) -> Any:
@@ -235,8 +247,17 @@ def first_error(e: ValidationError) -> tuple[str, str]:
     return loc, err["msg"]
 
 
+class InvalidRecord(ValueError):
+    """A record that breaks the wire format's rules; `field` is the dotted path of the first bad
+    field ("(entry)" for a rule over several)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def validated_record(rec: RecordIn) -> RecordIn:
-    """`rec` through the wire format's rules (ValueError names the field), normalised as an
+    """`rec` through the wire format's rules (InvalidRecord names the field), normalised as an
     import would store it."""
     if not isinstance(rec, RecordIn):
         raise TypeError(f"rec: expected db.store.RecordIn, got {type(rec).__name__}")
@@ -244,7 +265,7 @@ def validated_record(rec: RecordIn) -> RecordIn:
         return RecordDoc.model_validate(asdict(rec)).to_record_in()
     except ValidationError as e:
         loc, msg = first_error(e)
-        raise ValueError(f"rec.{loc}: {msg}") from None
+        raise InvalidRecord(f"rec.{loc}: {msg}", field=loc) from None
 
 
 # Checks an entry beyond its types (e.g. against the kernel's declaration, which this layer does
@@ -278,6 +299,8 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None) -> list[Reco
         if bad is not None:
             loc, why = bad
             raise ImportRejected(f"{dotted(loc)}: {why}", index=i, field=dotted(loc[2:]) or None)
+        # A file's entry that does not say where it came from came from the file.
+        entry = entry if "origin" in entry else {**entry, "origin": "import"}
         try:
             rec = RecordDoc.model_validate(entry).to_record_in()
         except ValidationError as e:

@@ -72,8 +72,11 @@ def reference_latencies(runner: TrialRunner, kdef: KernelDef, axes: Mapping[str,
 def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, reference: str,
                 copy_bandwidth: float | None, measure_n: int) -> RecordIn:
     """The record of `best`; on a CUPTI-timed result, the roofline (the copy bandwidth measured
-    on the runner's device unless given)."""
+    on the runner's device unless given). It passes the acceptance gate like any record
+    (acceptance.RecordRejected names the field otherwise)."""
     from kernelsearch.db.store import RecordIn
+
+    from .acceptance import accepted
 
     kdef = get_kernel(best.kernel)
     timing = best.outcome.get("timing") or {}
@@ -88,7 +91,7 @@ def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, ref
                                                reference=reference, measure_n=measure_n)
     versions: dict[str, Any] = runner.versions or {}
     value = best.latency_us
-    return RecordIn(
+    return accepted(RecordIn(
         kernel=best.kernel, axes=dict(best.axes), work=float(kdef.bytes_moved(best.axes)),
         device=best.device, device_info=runner.device_info, torch_version=versions.get("torch", ""),
         triton_version=versions.get("triton", ""), source_hash=kdef.source_hash,
@@ -98,7 +101,7 @@ def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, ref
         latency_iqr_us=float(timing.get("iqr_us", 0.0)), timing_method=method,
         rel_error=max(errs) if errs else 0.0, n_trials=best.n_trials, n_failed=best.n_failed,
         roofline_pct=roofline, eager_latency_us=eager_us, compile_latency_us=compile_us,
-        study_name=best.study_name, job_id=job_id, tuned_at=datetime.now(timezone.utc))
+        study_name=best.study_name, job_id=job_id, tuned_at=datetime.now(timezone.utc)))
 
 
 __all__ = ["BestTrial", "REFERENCES", "best_record", "reference_latencies", "roofline_pct"]

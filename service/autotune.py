@@ -347,8 +347,17 @@ class Backends:
 
     def upload(self, record: Any, definition: Mapping[str, Any] | None = None) -> bool:
         """Store a record tuned in this process: through the service, else in the local store;
-        False when neither took it. An undeclared kernel's `definition` is registered first, so
-        the service can gate and serve the record."""
+        False when neither took it (or the acceptance gate refused it). An undeclared kernel's
+        `definition` is registered first, so the service can gate and serve the record."""
+        import socket
+
+        from kernelsearch.search_space.acceptance import RecordRejected, accepted, as_upload
+
+        try:
+            record = accepted(as_upload(record, by=None, host=socket.gethostname()))
+        except RecordRejected as exc:
+            log.warning("the config tuned here for %s is not shared: %s", record.kernel, exc)
+            return False
         self._ensure()
         if self._service_up():
             try:

@@ -16,13 +16,14 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
 from kernelsearch.db.engine import check_schema, current_revision, head_revision, make_engine, upgrade
-from kernelsearch.db.errors import SchemaBehind, StoreError
+from kernelsearch.db.errors import NotFound, SchemaBehind, StoreError
 from kernelsearch.db.store import Store
 
 from .cli_format import format_latency
 
 db_app = typer.Typer(help="Database schema: Alembic migrations of kernelsearch's own tables.", no_args_is_help=True)
-records_app = typer.Typer(help="Tuned records: list, export to and import from JSON files.", no_args_is_help=True)
+records_app = typer.Typer(help="Tuned records: list, export to and import from JSON files, withdraw.",
+                          no_args_is_help=True)
 
 UrlOpt = Annotated[
     str | None, typer.Option("--url", help="database URL (default: KS_DATABASE_URL, else kernelsearch.db in the user data directory)")
@@ -197,16 +198,17 @@ def records_import(
     url: UrlOpt = None,
 ) -> None:
     """Import records in one transaction; the same file twice changes nothing, a bad entry
-    (wrong types, or not what its kernel declares) rejects the whole file."""
+    (wrong types, or refused by the acceptance gate: not what its kernel declares, or not a
+    measurement) rejects the whole file. An entry that does not say its origin is an import."""
     with _store(url) as store:
         try:
             if if_empty and store.has_records():
                 typer.echo("skipped: the database already has records (--if-empty)")
                 return
-            from .records_check import check_against_kernel
+            from kernelsearch.search_space.acceptance import import_check
 
             doc = _read_doc(file)
-            report = store.import_records(doc, check=check_against_kernel)
+            report = store.import_records(doc, check=import_check)
         except StoreError as e:
             raise _fail(f"{file}: {e}") from None
     typer.echo(f"imported: {file}")
@@ -237,8 +239,9 @@ def records_list(
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list instead of text lines")] = False,
     url: UrlOpt = None,
 ) -> None:
-    """One line per record: kernel, device, axes, median latency, current/history, config
-    (--json for the raw numbers, latencies in us)."""
+    """One line per record: kernel, device, axes, median latency, current/history, config,
+    origin (worker, upload, import) and id (what `records delete` takes); --json for the raw
+    numbers, latencies in us."""
     with _store(url) as store:
         recs = store.list_records(kernel=kernel, device=device, include_history=history)
         if kernel is not None and not recs:
@@ -246,13 +249,81 @@ def records_list(
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in recs], indent=2))
         return
-    typer.echo("kernel\tdevice\taxes\tmedian\tstate\ttuned_at\tconfig")
+    typer.echo("kernel\tdevice\taxes\tmedian\tstate\ttuned_at\tconfig\torigin\tid")
     for r in recs:
         state = "current" if r.is_current else "history"
         typer.echo(
             f"{r.kernel}\t{r.device}\t{_fmt_axes(r.axes)}\t{format_latency(r.latency_median_us)}\t{state}\t"
-            f"{r.tuned_at.isoformat(timespec='seconds')}\t{json.dumps(r.config, sort_keys=True)}"
+            f"{r.tuned_at.isoformat(timespec='seconds')}\t{json.dumps(r.config, sort_keys=True)}\t"
+            f"{r.origin}\t{r.id}"
         )
+
+
+def _parse_case(text: str) -> dict[str, Any]:
+    """`--case` as a JSON object or `name=value,...` (integer values as ints)."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            got = json.loads(text)
+        except ValueError as e:
+            raise _fail(f"--case: not a JSON object: {e}") from None
+        if not isinstance(got, dict):
+            raise _fail("--case: expected a JSON object")
+        return got
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise _fail(f"--case: expected name=value,..., got {part!r}")
+        v = value.strip()
+        out[name.strip()] = int(v) if v.lstrip("+-").isdigit() else v
+    if not out:
+        raise _fail("--case: give the case's axes, e.g. total_patches=64")
+    return out
+
+
+@records_app.command("delete")
+def records_delete(
+    ids: Annotated[list[int] | None, typer.Argument(
+        help="ids of the records to withdraw (`records list` shows them)", min=1, max=2**31 - 1,
+        show_default=False)] = None,
+    kernel: Annotated[str | None, typer.Option("--kernel", help="with --device and --case: withdraw "
+                                                                "that case's current record")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="the device of --case")] = None,
+    case: Annotated[str | None, typer.Option("--case", help="the case's axes: a JSON object or "
+                                                            "name=value,...")] = None,
+    url: UrlOpt = None,
+) -> None:
+    """Withdraw records (e.g. a bad upload): each is deleted, and where it was current the best
+    record of its case's history is served in its place, or none. Exit 1 when a record does not
+    exist (those before it are withdrawn)."""
+    by_case = (kernel, device, case)
+    if ids and any(v is not None for v in by_case):
+        raise _fail("give record ids, or --kernel, --device and --case; not both")
+    if not ids and not all(v is not None for v in by_case):
+        raise _fail("give record ids, or all of --kernel, --device and --case")
+    with _store(url) as store:
+        targets = list(ids or [])
+        if not targets:
+            assert kernel is not None and device is not None and case is not None
+            axes = _parse_case(case)
+            current = [r for r in store.list_records(kernel=kernel, device=device)
+                       if r.axes == axes]
+            if not current:
+                raise _fail(f"no current record of kernel {kernel!r} on {device!r} for case "
+                            f"{json.dumps(axes, sort_keys=True)}")
+            targets = [current[0].id]
+        for rid in targets:
+            try:
+                got = store.withdraw_record(rid)
+            except NotFound as e:
+                raise _fail(str(e)) from None
+            w = got.withdrawn
+            typer.echo(f"withdrawn: {w.id} {w.kernel} {w.device} {_fmt_axes(w.axes)} "
+                       f"{w.latency_median_us:.3f} us ({w.origin})")
+            now = got.now_current
+            typer.echo(f"now current: {now.id} {now.latency_median_us:.3f} us ({now.origin})" if now
+                       else "now current: none")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,12 +9,14 @@ from collections.abc import Callable
 from datetime import timezone
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from ..checks import axes_key, check_number
+from ..checks import axes_key, check_int, check_number
+from ..errors import NotFound
 from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow
-from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView
+from ..statuses import UPLOAD_ORIGIN
+from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView, Withdrawal
 from ..wire import validated_record
 from ._base import RepoBase, rowcount
 
@@ -38,6 +40,13 @@ def _fingerprint(r: RecordIn) -> str:
         body["timings"] = r.config_timings
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def rank(origin: str, latency_median_us: float) -> tuple[bool, float]:
+    """A record's standing on its key, lowest first: a record measured by this deployment (a
+    worker's, or imported from one) before any upload, then the faster median. So an upload
+    never outranks a worker's record, and a worker's record replaces an upload."""
+    return origin == UPLOAD_ORIGIN, latency_median_us
 
 
 # The references (and the speedups over them) a re-import may give a record stored without them.
@@ -71,13 +80,16 @@ class RecordRepo(RepoBase):
         kernel_id, case_id, device_id = self._key_ids(s, rec.kernel, rec.axes, rec.work,
                                                       rec.device, rec.device_info)
         current = s.execute(
-            select(Record.id, Record.latency_median_us, Record.config, Record.config_timings).where(
+            select(Record.id, Record.latency_median_us, Record.origin, Record.config,
+                   Record.config_timings).where(
                 Record.case_id == case_id, Record.device_id == device_id, Record.is_current.is_(True)
             )
         ).first()
-        better = current is None or rec.latency_median_us < current.latency_median_us or (
+        mine = rank(rec.origin, rec.latency_median_us)
+        theirs = None if current is None else rank(current.origin, current.latency_median_us)
+        better = current is None or theirs is None or mine < theirs or (
             # the same winner, measured against more configs (a decorator's list grew)
-            rec.latency_median_us == current.latency_median_us and rec.config == current.config
+            mine == theirs and rec.config == current.config
             and set(rec.config_timings or {}) > set(current.config_timings or {}))
         now = utcnow()
         if better and current is not None:
@@ -164,9 +176,10 @@ class RecordRepo(RepoBase):
         return filled
 
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:
-        """Store a result; True when it became the current best (strictly faster median, or the
-        first for its key). A slower one is kept as history only. Storing the identical record
-        again changes nothing and returns (existing, False)."""
+        """Store a result; True when it became the current best (it ranks before the current one,
+        see `rank`: an upload never replaces another origin's record, otherwise a strictly faster
+        median wins; or the first for its key). Otherwise it is kept as history only. Storing the
+        identical record again changes nothing and returns (existing, False)."""
         rec = validated_record(rec)
 
         def tx(s: Session) -> tuple[RecordView, bool]:
@@ -243,6 +256,46 @@ class RecordRepo(RepoBase):
             return [self._record_view(r) for r in s.execute(stmt).all()]
 
         return self._tx(q, write=False)
+
+    def withdraw_record(self, record_id: int) -> Withdrawal:
+        """Delete one record (NotFound when there is none). When it was current, the best of its
+        key's history by `rank` is served in its place, or nothing when it had none; the records
+        counter moves, so lookup caches drop what they kept."""
+        check_int(record_id, "record_id", minimum=1)
+
+        def tx(s: Session) -> Withdrawal:
+            self._lock_counter(s, "records")
+            row = s.execute(self._records_query().where(Record.id == record_id)).first()
+            if row is None:
+                raise NotFound(f"record {record_id}: no such record")
+            gone = self._record_view(row)
+            key = s.execute(select(Record.case_id, Record.device_id)
+                            .where(Record.id == record_id)).one()
+            s.execute(update(Record).where(Record.superseded_by == record_id)
+                      .values(superseded_by=None).execution_options(synchronize_session=False))
+            s.execute(delete(Record).where(Record.id == record_id)
+                      .execution_options(synchronize_session=False))
+            rest = s.execute(select(Record.id, Record.origin, Record.latency_median_us,
+                                    Record.is_current).where(
+                Record.case_id == key.case_id, Record.device_id == key.device_id)).all()
+            current = next((r for r in rest if r.is_current), None)
+            if current is None and rest:
+                current = min(rest, key=lambda r: (rank(r.origin, r.latency_median_us), r.id))
+                s.execute(update(Record).where(Record.id == current.id)
+                          .values(is_current=True, superseded_at=None, superseded_by=None)
+                          .execution_options(synchronize_session=False))
+            if current is not None:
+                # History that pointed at the withdrawn record now points at the current one.
+                s.execute(update(Record)
+                          .where(Record.case_id == key.case_id, Record.device_id == key.device_id,
+                                 Record.id != current.id, Record.superseded_by.is_(None))
+                          .values(superseded_by=current.id)
+                          .execution_options(synchronize_session=False))
+            now_current = self._load_record(s, current.id) if current is not None else None
+            self._bump(s, "records")
+            return Withdrawal(gone, now_current)
+
+        return self._tx(tx, write=True)
 
     def records_version(self) -> int:
         """A number that changes whenever records change (for cache invalidation)."""

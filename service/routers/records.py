@@ -1,11 +1,16 @@
-"""/v1/records: the current tuned records, and uploads of records tuned outside the workers."""
+"""/v1/records: the current tuned records, uploads of records tuned outside the workers, and a
+record withdrawn."""
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 
 from kernelsearch.db.store import RecordDoc
+from kernelsearch.search_space.acceptance import RecordRejected, accepted, as_upload
 
 from .. import schemas
 from ..deps import BestCacheDep, StoreDep, require_writer
@@ -14,6 +19,11 @@ from ..views import record_json
 from .common import ERRORS, WRITE_ERRORS, check_text, kernel_or_404
 
 router = APIRouter(tags=["lookups"])
+
+# Who an upload names: the service has one writer token, so an upload made with it is the
+# token's, and one to a service without a token is anonymous.
+TOKEN_UPLOADER = "api-token"
+ANONYMOUS = "anonymous"
 
 
 @router.get("/v1/records", response_model=list[schemas.RecordOut], responses=ERRORS)
@@ -28,19 +38,49 @@ async def records(store: StoreDep, kernel: str | None = Query(None, max_length=2
     return [record_json(r) for r in found]
 
 
+def refused(e: RecordRejected) -> HTTPException | RequestValidationError:
+    """The acceptance gate's refusal as the API's error: 404 for an unknown kernel, else 422
+    naming the field in `errors`."""
+    if e.status == 404:
+        return HTTPException(404, e.reason)
+    return RequestValidationError([{"loc": ("body", *e.field.split(".")), "msg": e.reason,
+                                    "type": "value_error"}])
+
+
 @router.post("/v1/records", status_code=201, response_model=schemas.RecordOut,
              responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
-def upload_record(body: RecordDoc, store: StoreDep, cache: BestCacheDep) -> Any:
-    """Store a record tuned outside the workers (`@kernelsearch.autotune` with
-    KS_AUTOTUNE_FALLBACK=tune, on a host whose workers cannot import the kernel); it becomes
-    the current record under the same rule as a worker's."""
-    k = kernel_or_404(body.kernel)
+def upload_record(body: RecordDoc, request: Request, store: StoreDep, cache: BestCacheDep) -> Any:
+    """Store a record tuned outside the workers (`@kernelsearch.autotune` sharing what it tuned).
+    It passes the acceptance gate (search_space.acceptance) and is marked as an upload: who made
+    it and from which host (`uploaded_from` as the client gives it, else its address). It becomes
+    the current record only against other uploads or none: never over a worker's record."""
+    token = request.app.state.writer_token
+    host = body.uploaded_from or (request.client.host if request.client else None)
+    rec = as_upload(body.to_record_in(), by=TOKEN_UPLOADER if token else ANONYMOUS, host=host)
     try:
-        k.validate_axes(body.axes)
-    except ValueError as exc:
-        raise HTTPException(422, f"axes: {exc}") from None
-    rec = body.to_record_in()
+        rec = accepted(rec)
+    except RecordRejected as e:
+        raise refused(e) from None
     store.ensure_device(rec.device_info or {"name": rec.device})
     view, _ = store.upsert_best(rec)
     cache.invalidate()
     return record_json(view)
+
+
+class WithdrawalOut(BaseModel):
+    """A withdrawn record, and the record of its key served now (None: none is)."""
+
+    withdrawn: schemas.RecordOut  # type: ignore[valid-type]
+    now_current: schemas.RecordOut | None  # type: ignore[valid-type]
+
+
+@router.delete("/v1/records/{record_id}", response_model=WithdrawalOut, responses=WRITE_ERRORS,
+               dependencies=[Depends(require_writer)])
+def withdraw_record(store: StoreDep, cache: BestCacheDep,
+                    record_id: int = PathParam(ge=1, le=2**31 - 1, description="a record's id")) -> Any:
+    """Withdraw (delete) a record, e.g. a bad upload: when it was current, the best of its case's
+    history is served in its place, or nothing. 404 when there is no such record."""
+    got = store.withdraw_record(record_id)
+    cache.invalidate()
+    return {"withdrawn": record_json(got.withdrawn),
+            "now_current": record_json(got.now_current) if got.now_current else None}

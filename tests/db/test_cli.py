@@ -11,9 +11,12 @@ from typer.testing import CliRunner
 
 from kernelsearch.db.engine import head_revision
 from kernelsearch.db.store import Store
+from kernelsearch.kernels import get_kernel
 from kernelsearch.service.cli import app
 
 runner = CliRunner()
+# A complete config of KERNEL: `records import` refuses a partial one (the acceptance gate).
+FULL = get_kernel(KERNEL).default_config
 
 
 def run(*args: str, input: str | None = None):
@@ -40,8 +43,8 @@ def test_records_commands_refuse_an_unmigrated_database(sqlite_url: str) -> None
 
 
 def test_export_import_list(store: Store, tmp_path, make_db_url) -> None:
-    store.upsert_best(make_record(5.0, minutes=0))
-    store.upsert_best(make_record(4.0, minutes=1, config={"BLOCK_P": 64}))
+    store.upsert_best(make_record(5.0, minutes=0, config=FULL))
+    store.upsert_best(make_record(4.0, minutes=1, config={**FULL, "BLOCK_P": 64}))
     store.upsert_best(make_record(2.0, axes={"seq_len": 8}, kernel="vision_rope3d_spatial_merge_bwd"))
 
     out = tmp_path / "export" / "records.json"
@@ -75,7 +78,7 @@ def test_export_import_list(store: Store, tmp_path, make_db_url) -> None:
 def test_import_if_empty_imports_into_an_empty_database(sqlite_url: str, tmp_path) -> None:
     assert run("db", "upgrade", "--url", sqlite_url).exit_code == 0
     with Store(sqlite_url) as s:
-        s.upsert_best(make_record(3.0))
+        s.upsert_best(make_record(3.0, config=FULL))
         doc = s.export_records()
     f = tmp_path / "shipped.json"
     f.write_text(json.dumps(doc))

@@ -15,16 +15,20 @@ from kernelsearch.db.engine import upgrade
 from kernelsearch.db.store import Store, parse_records_doc
 from kernelsearch.service.api import create_app
 from kernelsearch.service.cli import app as cli
-from kernelsearch.service.records_check import check_against_kernel
+from kernelsearch.search_space.acceptance import import_check
 
 SHIPPED = Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json"
+
+
+# A complete config: `records import` refuses a partial one (the acceptance gate).
+CONFIG = {**kernels.get_kernel(KB).default_config, "ROWS": 2, "num_warps": 2}
 
 
 def test_import_if_empty_then_served(tmp_path, sqlite_url: str) -> None:
     src_url = f"sqlite:///{tmp_path / 'gpu.db'}"
     upgrade(src_url)
     with Store(src_url) as gpu:
-        gpu.upsert_best(record(KB, {"seq_len": 128}, 20.0, config={"ROWS": 2, "num_warps": 2}))
+        gpu.upsert_best(record(KB, {"seq_len": 128}, 20.0, config=CONFIG))
         gpu.upsert_best(record(KA, {"total_patches": 256}, 4.0))
         doc = gpu.export_records()
     export = tmp_path / "h200_records.json"
@@ -41,14 +45,14 @@ def test_import_if_empty_then_served(tmp_path, sqlite_url: str) -> None:
     with Store(sqlite_url) as store, TestClient(create_app(settings_for(sqlite_url),
                                                            store=store)) as c:
         b = c.get("/v1/best", params={"kernel": KB, "device": H200, "seq_len": 128}).json()
-        assert b["match"] == "exact" and b["config"] == {"ROWS": 2, "num_warps": 2}
+        assert b["match"] == "exact" and b["config"] == CONFIG
         assert len(c.get("/v1/records", params={"device": H200}).json()) == 2
 
 
 @pytest.mark.skipif(not SHIPPED.exists(), reason="service/data/h200_records.json not shipped yet")
 def test_shipped_file_is_valid_for_this_code() -> None:
     # The same check `records import` (so `make run`) applies.
-    recs = parse_records_doc(json.loads(SHIPPED.read_text()), check=check_against_kernel)
+    recs = parse_records_doc(json.loads(SHIPPED.read_text()), check=import_check)
     assert recs, "the shipped file holds no records"
     for r in recs:
         k = kernels.get_kernel(r.kernel)

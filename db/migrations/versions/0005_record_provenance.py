@@ -1,4 +1,6 @@
-"""Record provenance and withdrawal (filled by the acceptance-gate work).
+"""Record provenance: where a record came from (worker, upload, import), who uploaded it, from
+which host. Records stored before are a worker's or an import's; they become "worker", so an
+upload never outranks them.
 
 Revision ID: 0005
 Revises: 0004
@@ -8,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from alembic import op
+
 revision: str = '0005'
 down_revision: str | None = '0004'
 branch_labels: str | Sequence[str] | None = None
@@ -15,8 +20,15 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    pass
+    with op.batch_alter_table('ks_records', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('origin', sa.String(length=16), server_default='worker',
+                                      nullable=False))
+        batch_op.add_column(sa.Column('uploaded_by', sa.String(length=200), nullable=True))
+        batch_op.add_column(sa.Column('uploaded_from', sa.String(length=200), nullable=True))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('ks_records', schema=None) as batch_op:
+        batch_op.drop_column('uploaded_from')
+        batch_op.drop_column('uploaded_by')
+        batch_op.drop_column('origin')

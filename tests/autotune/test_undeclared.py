@@ -69,6 +69,19 @@ def test_tuned_once_then_served_to_fresh_processes(sqlite_store) -> None:
         assert grown["benched"] == 1
         again = _user(200, "float32", {**env, "KS_TEST_EXTRA": "1"})
         assert again["benched"] == 0
+        # It shows where a declared kernel shows: /v1/best, the dashboard, exports.
+        from kernelsearch.kernels.device import INTERPRETER_DEVICE
+
+        best = httpx.get(f"{srv.url}/v1/best", params={
+            "kernel": NAME, "device": INTERPRETER_DEVICE, "n": 200, "x_ptr.dtype": "float32",
+            "y_ptr.dtype": "float32"})
+        assert best.status_code == 200, best.text
+        assert best.json()["match"] == "exact" and best.json()["config"]["BLOCK"] == again["best"]
+        for page in ("/", f"/kernels/{NAME}"):
+            got = httpx.get(srv.url + page)
+            assert got.status_code == 200 and NAME in got.text, (page, got.text[:300])
+        doc = sqlite_store.export_records(kernel=NAME)
+        assert len(doc["records"]) == 2 and all(r["config_timings"] for r in doc["records"])
 
 
 def test_service_down_tunes_here_without_error(monkeypatch) -> None:

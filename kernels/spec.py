@@ -331,7 +331,9 @@ class KernelDef:
 
     # -- the user's entry point -------------------------------------------------------------
     def __call__(self, *inputs: torch.Tensor, config: Mapping[str, Any] | None = None):
-        """Run on the benchmark's inputs; without `config`, the store's best config or the default."""
+        """Run on the benchmark's inputs; without `config`, the store's best config or the default
+        (`which_config` says which). Returns the outputs as torch functions do: one tensor for a
+        kernel of one output, else a tuple (`launch` always gives a tuple)."""
         if len(inputs) != len(self.input_names):
             raise TypeError(f"{self.name}() takes {len(self.input_names)} tensors "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
@@ -345,16 +347,22 @@ class KernelDef:
 
     def resolve_config(self, axes: Axes, device: torch.device) -> dict[str, Any]:
         """The provider's config for this shape and device when it is valid here, else the default."""
+        return self.which_config(axes, device)[0]
+
+    def which_config(self, axes: Axes, device: torch.device | str) -> tuple[dict[str, Any], str]:
+        """The config a call of this shape on this device runs without `config=`, and where it
+        came from: "record" (the provider's: the store or the service, exact or nearest) or
+        "default" (no record, or one this version of the kernel does not accept)."""
         from . import provider
         from .device import device_name
 
-        got = provider.lookup(self.name, axes, device_name(device))
+        got = provider.lookup(self.name, axes, device_name(torch.device(device)))
         if got:
             try:
-                return self.validate_config(got)
+                return self.validate_config(got), "record"
             except InvalidConfig:
                 pass  # a record from another version of the kernel: fall back
-        return self.default_config
+        return self.default_config, "default"
 
     def empty_inputs(self, axes: Axes, device: torch.device | str) -> Tensors:
         """Uninitialised inputs with the case's shapes and dtypes: a compile needs no more

@@ -180,3 +180,17 @@ def test_kernel_call_with_nothing_reachable_uses_the_default(tmp_path) -> None:
     outs = kernels.get_kernel("vision_rope3d_spatial_merge_bwd")(*_kernel_b_inputs(1))
     assert outs[0].shape == (1, 16, 128)
     assert kprovider.lookup(KB, {"seq_len": 1}, INTERPRETER_DEVICE) is None
+
+
+def test_which_config_says_what_a_get_kernel_call_runs(sqlite_store: Store) -> None:
+    kdef = kernels.get_kernel(KB)
+    kprovider.set_provider(StoreProvider(sqlite_store))
+    try:
+        assert kdef.which_config({"seq_len": 64}, "cpu") == (kdef.default_config, "default")
+        sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, device=INTERPRETER_DEVICE,
+                                        config={**kdef.default_config, "ROWS": 2, "HEADS": 8}))
+        kprovider.clear_cache()
+        config, source = kdef.which_config({"seq_len": 64}, "cpu")
+        assert source == "record" and (config["ROWS"], config["HEADS"]) == (2, 8)
+    finally:
+        kprovider.set_provider(None)

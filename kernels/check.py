@@ -18,7 +18,6 @@ from .device import default_device
 from .errors import WrongResult
 from .spec import Axes, Draw, KernelDef
 
-DISTRIBUTIONS = ("benchmark", "realistic")
 _F32 = torch.finfo(torch.float32)
 # Bytes of draws an InputCache keeps per case; past it further scaled draws are made per check.
 CACHE_BYTES = 24 << 30

@@ -37,10 +37,6 @@ def set_provider(provider: ConfigProvider | None) -> None:
         _cache.clear()
 
 
-def get_provider() -> ConfigProvider | None:
-    return _provider
-
-
 def clear_cache() -> None:
     with _lock:
         _cache.clear()

@@ -1,8 +1,7 @@
 """What the API and the dashboard show of records, jobs and cases, in one place.
 
 Both render the same record (RecordOut's fields with `case`, `latency_us` and `versions`) and the
-same job; a case's size in bytes moved orders records and picks the nearest tuned case, for the
-routes, the dashboard and the config providers alike.
+same job; `case_work` is a case's size as "nearest" compares it (KernelDef.work).
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from .common import ERRORS, JOB_ID, WRITE_ERRORS, kernel_or_404
 
 router = APIRouter(tags=["jobs"])
 
-# A job that ended by itself cannot be cancelled (cancelling a cancelled one answers it again).
-# Cancelling a cancelled job answers it again; one that ended otherwise is a conflict.
+# Cancelling a cancelled job answers it again; one that ended otherwise (succeeded, failed) is a
+# conflict.
 _ENDED = tuple(s for s in FINISHED_STATUSES if s != "cancelled")
 
 

@@ -90,8 +90,9 @@ class Sync(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Options:
-    """The KS_AUTOTUNE_* settings (service/settings.py), read once per resolved key (cheap next to
-    a kernel launch); a bad value is warned about and replaced by its default, never raised."""
+    """The KS_AUTOTUNE_* settings (service/settings.py's ClientSettings, a user program's own),
+    read once per resolved key (cheap next to a kernel launch); a bad value is warned about and
+    replaced by its default, never raised."""
 
     fallback: Fallback = Fallback.TUNE
     timeout_s: float = 0.25
@@ -105,7 +106,7 @@ class Options:
     def from_env(cls) -> "Options":
         from pydantic import ValidationError
 
-        from .settings import Settings
+        from .settings import ClientSettings as Settings
 
         try:
             st = Settings()
@@ -202,9 +203,9 @@ class Backends:
             self._ensure_locked()
 
     def _ensure_locked(self) -> None:
-        from .settings import Settings
+        from .settings import ClientSettings
 
-        settings = Settings()
+        settings = ClientSettings()
         sig = (settings.database_url, settings.service_url)
         with self._lock:
             if sig == self._made_for:

@@ -20,7 +20,7 @@ from kernelsearch.kernels import provider as kprovider
 from kernelsearch.kernels.provider import ProviderUnavailable
 
 from .client import Client, ClientError
-from .settings import Settings
+from .settings import ClientSettings
 from .views import case_work
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class ServiceProvider:
         raise ProviderUnavailable(f"service {self.url} unavailable and no local answer for {kernel}")
 
 
-def _local_store(settings: Settings) -> RecordRepository | None:
+def _local_store(settings: ClientSettings) -> RecordRepository | None:
     """A Store on the configured database, or None when it would only create an empty file."""
     url = settings.database_url
     if url.startswith("sqlite"):
@@ -160,7 +160,7 @@ def _local_store(settings: Settings) -> RecordRepository | None:
         return None
 
 
-def make_provider(settings: Settings) -> StoreProvider | ServiceProvider | None:
+def make_provider(settings: ClientSettings) -> StoreProvider | ServiceProvider | None:
     """The provider the settings ask for: the service when KS_SERVICE_URL is set, else the local db."""
     local = _local_store(settings)
     fallback = StoreProvider(local) if local is not None else None
@@ -171,14 +171,10 @@ def make_provider(settings: Settings) -> StoreProvider | ServiceProvider | None:
     return fallback
 
 
-def install_default_provider(settings: Settings | None = None) -> StoreProvider | ServiceProvider | None:
+def install_default_provider(settings: ClientSettings | None = None) -> StoreProvider | ServiceProvider | None:
     """Plug the right provider into `kernels`; never raises (a broken setup means defaults)."""
     try:
-        if settings is None:
-            from .settings import get_settings
-
-            settings = get_settings()
-        provider = make_provider(settings)
+        provider = make_provider(settings if settings is not None else ClientSettings())
     except Exception as exc:
         log.warning("no config provider installed: %s", exc)
         provider = None

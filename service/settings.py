@@ -1,4 +1,8 @@
-"""Every setting of the service, read from KS_* environment variables (pydantic-settings)."""
+"""Settings from KS_* environment variables (pydantic-settings), one object per audience:
+`ClientSettings` for what runs inside a user's program (the decorator, the providers: where the
+store and the service are, and the autotune policy), `Settings` for the API and the workers (all
+of the client's, and the server's own). A user's program never reads the server's settings, so a
+typo in one of them (KS_LEASE_SECONDS) is no concern of the decorator's."""
 from __future__ import annotations
 
 import os
@@ -22,16 +26,35 @@ def default_database_url() -> str:
     return f"sqlite:///{(root / 'kernelsearch' / 'kernelsearch.db').as_posix()}"
 
 
-class Settings(BaseSettings):
+class ClientSettings(BaseSettings):
+    """What a user's program reads: the store, the service and its token, the decorator's policy."""
+
     model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
 
     database_url: str = Field(default_factory=lambda: default_database_url(),
                               description="SQLAlchemy URL; postgresql+psycopg://... for PostgreSQL; "
                                           "default: a SQLite file in the user's data directory")
     api_token: SecretStr | None = Field(None, description="when set, writes need 'Authorization: Bearer <token>'")
+    service_url: str | None = Field(None, description="when set, kernels ask this service for configs")
+    provider_timeout_s: float = Field(0.5, gt=0, description="kernels' lookups give the service this long")
+    autotune_fallback: Literal["tune", "first", "nearest"] = Field(
+        "tune", description="@kernelsearch.autotune with no record: tune here as triton.autotune "
+        "would and share the result (tune), or run the first config (first) or the nearest "
+        "served one (nearest) at once while the workers tune")
+    autotune_timeout_s: float = Field(0.25, ge=0, description="a new key's lookup waits this long at most")
+    autotune_retry_s: float = Field(30.0, ge=0, description="a failed service is not asked again for this long")
+    autotune_recheck_s: float = Field(10.0, ge=0, description="a key without a record is looked up again this often (0: never)")
+    autotune_sync: Literal["none", "broadcast"] = Field(
+        "none", description="broadcast: rank 0 of a torch.distributed group resolves each key for all ranks")
+    autotune_submit: bool = Field(True, description="a key without a record queues a tuning job")
+    autotune_prepare: bool = Field(True, description="a declaration prepares the lookups in the background")
+
+
+class Settings(ClientSettings):
+    """The API's and the workers' settings: the client's, and the server's own."""
+
     lease_seconds: float = Field(60.0, gt=0, description="a running job whose worker is silent this long is reclaimed")
     heartbeat_seconds: float = Field(10.0, gt=0, description="how often a worker renews its lease")
-    service_url: str | None = Field(None, description="when set, kernels ask this service for configs")
     worker_id: str | None = Field(None, description="lease owner name; default host:pid")
     trial_timeout_s: float | None = Field(
         None, gt=0, description="a candidate running longer is killed; unset: 120 s on a GPU, "
@@ -43,7 +66,6 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list, description="empty: CORS off")
     shipped_records: str | None = Field(None, description="records export imported by `make run`")
     log_level: str = "INFO"
-    provider_timeout_s: float = Field(0.5, gt=0, description="kernels' lookups give the service this long")
     worker_poll_seconds: float = Field(2.0, gt=0, description="an idle worker looks for queued jobs this often")
     measure_n: int | None = Field(None, gt=0, description="timed calls per trial (median); "
                                                        "unset: 30 on a GPU, 3 under the interpreter")
@@ -75,18 +97,6 @@ class Settings(BaseSettings):
     serve_worker: Literal["process", "thread"] = Field(
         "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
         "wait behind tuning), or a thread of the API process")
-
-    autotune_fallback: Literal["tune", "first", "nearest"] = Field(
-        "tune", description="@kernelsearch.autotune with no record: tune here as triton.autotune "
-        "would and share the result (tune), or run the first config (first) or the nearest "
-        "served one (nearest) at once while the workers tune")
-    autotune_timeout_s: float = Field(0.25, ge=0, description="a new key's lookup waits this long at most")
-    autotune_retry_s: float = Field(30.0, ge=0, description="a failed service is not asked again for this long")
-    autotune_recheck_s: float = Field(10.0, ge=0, description="a key without a record is looked up again this often (0: never)")
-    autotune_sync: Literal["none", "broadcast"] = Field(
-        "none", description="broadcast: rank 0 of a torch.distributed group resolves each key for all ranks")
-    autotune_submit: bool = Field(True, description="a key without a record queues a tuning job")
-    autotune_prepare: bool = Field(True, description="a declaration prepares the lookups in the background")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":

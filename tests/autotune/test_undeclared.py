@@ -330,3 +330,15 @@ def test_one_declaration_keys_each_dtype(sqlite_store, monkeypatch, caplog) -> N
     assert twice_kernel.case_key({**named32, "x_ptr": torch.zeros(8, dtype=torch.float16)}) is None
     assert twice_kernel.case_key({**named32, "x_ptr": torch.zeros(8, dtype=torch.int32)}) is None
     assert caplog.text.count("called outside its declaration") == 1
+
+
+def test_a_server_setting_typo_is_no_concern_of_the_decorator(monkeypatch, caplog) -> None:
+    """The decorator reads its own settings (ClientSettings): a bad KS_LEASE_SECONDS, a server
+    setting, neither warns nor changes its policy."""
+    monkeypatch.setenv("KS_LEASE_SECONDS", "soon")
+    monkeypatch.setenv("KS_HEARTBEAT_SECONDS", "100")
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
+    opts = at.Options.from_env()
+    assert opts.fallback is at.Fallback.FIRST
+    at.BACKENDS.prepare()
+    assert "KS_LEASE_SECONDS" not in caplog.text and "not prepared" not in caplog.text

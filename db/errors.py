@@ -33,3 +33,9 @@ class ImportRejected(StoreError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached (refused connection, timeout, locked file...)."""
+
+
+class LeaseLost(StoreError):
+    """A worker wrote on behalf of a job it no longer holds: the job was claimed again (a newer
+    attempt), cancelled or finished, or the study's claim was taken over. Nothing was written;
+    the worker stops that job and leaves it to whoever holds it now. Never transient."""

@@ -8,11 +8,31 @@ suite runs against every backend through them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
     from .views import ImportReport, JobView, RecordIn, RecordView, Withdrawal
     from .wire import EntryCheck
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One claim of a job by one worker. `token` is the fencing token: the job's attempt number,
+    which every claim increments, so a worker whose lease lapsed and was claimed again holds an
+    older token than the job row, and each of its writes (checked against the token in the same
+    transaction) is refused with LeaseLost."""
+
+    job_id: int
+    owner: str
+    token: int
+
+    @classmethod
+    def of(cls, job: JobView) -> Lease:
+        """The lease `claim_job` just gave (the claimed job's view)."""
+        if job.owner is None:
+            raise ValueError(f"job: job {job.id} is not claimed")
+        return cls(job.id, job.owner, job.attempts)
 
 
 @runtime_checkable
@@ -35,7 +55,8 @@ class DeviceRegistry(Protocol):
 
 @runtime_checkable
 class JobQueue(Protocol):
-    """Background tuning jobs and their leases."""
+    """Background tuning jobs and their leases. Every write on a claimed job takes its Lease and
+    raises LeaseLost, changing nothing, when the lease is no longer held."""
 
     def create_job(self, kernel: str, cases: list[dict[str, int]], n_trials: int, sampler: str,
                    timeout_s: float | None = None, max_queued: int | None = None) -> JobView: ...
@@ -54,30 +75,33 @@ class JobQueue(Protocol):
 
     def claim_job(self, owner: str, lease_seconds: float) -> JobView | None: ...
 
-    def heartbeat(self, job_id: int, owner: str) -> bool: ...
+    def heartbeat(self, lease: Lease) -> None: ...
 
-    def release_job(self, job_id: int, owner: str) -> bool: ...
+    def release_job(self, lease: Lease) -> None: ...
 
-    def update_job_progress(self, job_id: int, owner: str, *, trials_done: int,
+    def update_job_progress(self, lease: Lease, *, trials_done: int,
                             device: str | None = None, best: dict[str, Any] | None = None,
-                            current_case: dict[str, Any] | None = None) -> bool: ...
+                            current_case: dict[str, Any] | None = None) -> None: ...
 
-    def finish_job(self, job_id: int, owner: str, status: str, error: str | None = None) -> bool: ...
+    def finish_job(self, lease: Lease, status: str, error: str | None = None) -> None: ...
+
+    def under_lease(self, lease: Lease) -> Self: ...
 
     def cancel_job(self, job_id: int) -> JobView | None: ...
 
-    def keep_cancelled_best(self, job_id: int, owner: str, *, trials_done: int,
+    def keep_cancelled_best(self, lease: Lease, *, trials_done: int,
                             best: dict[str, Any]) -> bool: ...
 
 
 @runtime_checkable
 class StudyClaims(Protocol):
-    """One tuner per Optuna study at a time, across workers."""
+    """One tuner per Optuna study at a time, across workers; a claim is held under a job's lease."""
 
-    def claim_study(self, study_name: str, owner: str, lease_seconds: float,
-                    job_id: int | None = None) -> str | None: ...
+    def claim_study(self, study_name: str, lease: Lease, lease_seconds: float) -> str | None: ...
 
-    def release_study(self, study_name: str, owner: str) -> None: ...
+    def release_study(self, study_name: str, lease: Lease) -> None: ...
+
+    def check_study_claim(self, session: Any, study_name: str, lease: Lease) -> None: ...
 
 
 @runtime_checkable

@@ -264,3 +264,5 @@ class StudyClaim(Base):
     owner: Mapped[str] = mapped_column(String(200))
     job_id: Mapped[int | None] = mapped_column(Integer)
     heartbeat_at: Mapped[datetime]
+    # The fencing token (the job's attempt number) of the lease the claim was taken under.
+    job_attempt: Mapped[int | None] = mapped_column(Integer)

@@ -29,6 +29,8 @@ import logging
 import math
 import multiprocessing as mp
 import os
+import signal
+import sys
 import time
 import traceback
 from collections import OrderedDict
@@ -101,6 +103,33 @@ def _module_of(kernel: str) -> str | None:
         return get_kernel(kernel).module
     except KeyError:
         return None
+
+
+def _load_libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc: a child outlives a parent killed by SIGKILL
+        return None
+
+
+# Loaded at import, not in a forked child: between fork and exec only a plain C call is safe.
+_LIBC = _load_libc()
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int, parent_pid: int) -> None:
+    """Have the kernel send `sig` to this process when its parent dies, even by SIGKILL (Linux's
+    parent-death signal), then make sure the parent is still `parent_pid`: one that died before
+    the call would never signal. Safe between fork and exec. The "parent" is the thread that
+    started the process, so a child must be started from a thread that lives as long as it."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,8 +239,12 @@ def _warm_child() -> None:
         log.warning("trial runner warm-up failed: %s", exc)
 
 
-def _child_main(conn: Any, modules: Sequence[str]) -> None:
-    """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU)."""
+def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None) -> None:
+    """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU).
+    Killed with its parent: a worker killed mid-trial takes its trial (and a hung kernel's
+    process and device memory) with it, instead of leaving it to run with nobody to end it."""
+    if parent_pid is not None:
+        die_with_parent(signal.SIGKILL, parent_pid)
     _import_modules(modules)
     from kernelsearch.kernels.check import InputCache
     from kernelsearch.kernels.device import device_info, versions
@@ -397,7 +430,7 @@ class TrialRunner:
             return
         self._stop_child()
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_child_main, args=(child, self.kernel_modules),
+        proc = self._ctx.Process(target=_child_main, args=(child, self.kernel_modules, os.getpid()),
                                  name="ks-trial-runner", daemon=True)
         proc.start()
         child.close()

@@ -27,7 +27,8 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
-from kernelsearch.db.interfaces import RecordRepository, TuningStore
+from kernelsearch.db.errors import LeaseLost
+from kernelsearch.db.interfaces import Lease, RecordRepository, TuningStore
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.measure import default_repeats
@@ -460,6 +461,10 @@ class TuneOptions:
     warm-start configs go to the compile-ahead pool, so its first trials find them compiled.
     `exclusive`: the caller holds the study's claim (no one else tunes it now), so trials left
     RUNNING by a dead worker, an outage or a failed job are failed before and after.
+    `lease`: the job lease the study's claim was taken under (a worker's job). Every write to
+    the study (asks, attributes, tells, the cleanup of RUNNING trials) then checks, in its own
+    transaction, that the claim is still held under it, and LeaseLost ends the case at once
+    when it is not: a worker that lost its lease never touches the new holder's trials.
     """
 
     n_trials: int
@@ -480,6 +485,7 @@ class TuneOptions:
     run_tag: str | None = None
     job_id: int | None = None
     exclusive: bool = False
+    lease: Lease | None = None
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -533,6 +539,7 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
         raise TuneError(f"space of {kernel}: no config passes its constraints")
     own_runner = runner is None
     runner = runner or TrialRunner()
+    fence: Callable[[], None] | None = None
     try:
         device = runner.device_name
         measure_n = o.measure_n
@@ -543,6 +550,8 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
         store.ensure_device(_with_versions(runner))
         sname = o.name or study_name(kernel, axes, device)
         storage = storage or make_storage(storage_url, heartbeat_s=o.heartbeat_s)
+        if o.lease is not None:
+            fence = _fence_storage(storage, store, sname, o.lease)
         study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
                                     sampler=optuna.samplers.RandomSampler(seed=o.seed),
                                     load_if_exists=True)
@@ -566,14 +575,21 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
         if o.summaries:
             loop.repair_summaries()
         warm = loop.warm_start() if o.warm_start and o.sampler != "grid" else 0
+        lost = False
         try:
             stopped = loop.run(o.n_trials, o.timeout_s, o.patience, hooks.progress, hooks.should_stop,
                                o.max_rejected)
+        except LeaseLost:
+            lost = True
+            raise
         finally:
-            if o.exclusive:
-                # The trial in hand when the loop failed too (a failing job, an outage).
+            if o.exclusive and not lost:
+                # The trial in hand when the loop failed too (a failing job, an outage); under a
+                # lease, each fail is refused once the study's claim is someone else's.
                 try:
                     fail_running_trials(loop.study)
+                except LeaseLost:
+                    raise
                 except Exception as exc:  # the next claimer of the study fails them instead
                     log.warning("RUNNING trials of %s not failed: %s", sname, exc)
         res = loop.result(stopped, warm)
@@ -587,6 +603,8 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
         res.wall_s = time.monotonic() - t_wall
         return res
     finally:
+        if fence is not None:
+            fence()
         if own_runner:
             runner.close()
 
@@ -598,6 +616,23 @@ def _held_distributions(study: optuna.Study) -> dict[str, Any]:
         for name, dist in t.distributions.items():
             held.setdefault(name, dist)
     return held
+
+
+def _fence_storage(storage: Any, store: TuningStore, study: str, lease: Lease) -> Callable[[], None]:
+    """Check every write of `storage` (Optuna's RDB storage, on the store's database) against the
+    study's claim under `lease`, in the write's own transaction: after each flush, so the check
+    runs once the write holds its locks and both commit together. Returns the undo."""
+    from sqlalchemy import event
+
+    factory = getattr(getattr(storage, "scoped_session", None), "session_factory", None)
+    if factory is None:
+        raise TuneError(f"lease: needs Optuna's RDB storage (on the store's database), not {type(storage).__name__}")
+
+    def check(session: Any, _flush_context: Any) -> None:
+        store.check_study_claim(session, study, lease)
+
+    event.listen(factory, "after_flush", check)
+    return lambda: event.remove(factory, "after_flush", check)
 
 
 def _prefetch_next(loop: "_Loop", next_case: tuple[str, Mapping[str, int]]) -> int:
@@ -776,6 +811,7 @@ class _Loop:
         hb = _Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
         pending: list[tuple[optuna.Trial, dict[str, Any]]] = []
         stopped = "n_trials"
+        lost = False
         try:
             while True:
                 if self.counted >= n_trials:
@@ -812,12 +848,18 @@ class _Loop:
                     break
                 finally:
                     hb.remove(trial._trial_id)
+        except LeaseLost:
+            lost = True  # the study is someone else's now: nothing more is written to it
+            raise
         finally:
             # Trials asked ahead but not run: failed (they count for nothing) and queued again
             # with the same parameters, so a resumed study still evaluates them.
-            for trial, _ in pending:
-                self.study.tell(trial, state=TrialState.FAIL)
-                self.study.enqueue_trial(trial.params)
+            for trial, _ in [] if lost else pending:
+                try:
+                    self.study.tell(trial, state=TrialState.FAIL)
+                    self.study.enqueue_trial(trial.params)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass  # failed meanwhile by the study's next holder, which re-runs it
                 hb.remove(trial._trial_id)
             hb.stop()
         return stopped
@@ -885,36 +927,50 @@ class _Loop:
             return
         out = self.runner.run(self.kernel, self.axes, full, measure_n=self.measure_n,
                               seed=self.seed or 0, cancel=self.cancel)
-        self.run_now += 1
-        self.evaluated += 1
-        self.counted += 1
-        if self.run_tag is not None:
-            trial.set_user_attr(A_TAG, self.run_tag)
         for ph, v in (("compile", out.compile_s), ("check", out.check_s),
                       ("measure", out.measure_s), ("wait", out.compile_wait_s)):
             self.phase[ph] += v
-        trial.set_user_attr(A_RUN, True)
-        trial.set_user_attr(A_OUT, _finite_or_none(out.as_dict()))
+        try:
+            self._store_outcome(trial, out)
+        except optuna.exceptions.UpdateFinishedTrialError as exc:
+            # Another worker failed this trial while it ran (it took the study over after our
+            # lease lapsed): the outcome is not the study's, so it counts for nothing here. It
+            # costs this trial, never the job; a lost lease stops the loop at its next write.
+            log.warning("trial %d of %s was finished by another worker; outcome dropped: %s",
+                        trial.number, self.study.study_name, exc)
+            return
+        self.run_now += 1
+        self.evaluated += 1
+        self.counted += 1
         if out.ok:
             value = float(out.timing["median_us"])
-            trial.set_user_attr(A_STATE, "ok")
             if self._remember_ok(key, value, full, out.as_dict()):
                 self.best_at = self.evaluated
-            self._tell(trial, value, feasible=True)
             self.history.append(value)
         else:
             self.failed += 1
-            trial.set_user_attr(A_STATE, "fail")
-            trial.set_user_attr(A_KIND, out.failure_kind)
-            trial.set_user_attr(A_MSG, out.message[:2000])
             self.seen[key] = {"state": "fail", "kind": out.failure_kind, "message": out.message}
             self._count_failure(out.failure_kind, out.message, new=True)
-            self._tell_infeasible(trial)
             self.history.append(None)
         if self.summaries:
             self._summary(trial, full, out)
         if progress is not None:
             progress(self.counted, n_trials, self.best[0] if self.best else None)
+
+    def _store_outcome(self, trial: optuna.Trial, out: TrialOutcome) -> None:
+        """The evaluated trial's attributes and its tell (Optuna's writes of its outcome)."""
+        if self.run_tag is not None:
+            trial.set_user_attr(A_TAG, self.run_tag)
+        trial.set_user_attr(A_RUN, True)
+        trial.set_user_attr(A_OUT, _finite_or_none(out.as_dict()))
+        if out.ok:
+            trial.set_user_attr(A_STATE, "ok")
+            self._tell(trial, float(out.timing["median_us"]), feasible=True)
+        else:
+            trial.set_user_attr(A_STATE, "fail")
+            trial.set_user_attr(A_KIND, out.failure_kind)
+            trial.set_user_attr(A_MSG, out.message[:2000])
+            self._tell_infeasible(trial)
 
     def _summary(self, trial: optuna.Trial, cfg: dict[str, Any], out: TrialOutcome) -> None:
         extra = _finite_or_none({k: v for k, v in out.as_dict().items()
@@ -926,6 +982,8 @@ class _Loop:
                 "complete" if out.ok else "fail", cfg,
                 out.timing.get("median_us") if out.ok else None,
                 out.failure_kind, out.message or None, extra, job_id=self.job_id)
+        except LeaseLost:
+            raise
         except Exception as exc:  # the study holds the trial; a lost summary is only a log line
             log.warning("trial summary of %s #%d not stored: %s", self.study.study_name,
                         trial.number, exc)

@@ -7,6 +7,9 @@ tag, and tune_case counts them toward the job's n_trials), so no trial is lost o
 A job adds n_trials to each case's study. A case is tuned only under its study's claim, so jobs
 sharing a case never tune it at once. A transient database failure costs a retry of the case
 (resuming its study), never the job; a worker told to stop hands its job back to the queue.
+Leases are fenced (db.repos.jobs): a worker that lost its lease (its heartbeats hung past it,
+and another worker claimed the job) gets LeaseLost from its next write, and leaves the job, its
+study and its trials to the new holder without touching them.
 Cancelling a job kills its trial in flight. Candidates run in the tuner's TrialRunner child
 process, so a crashing or hanging kernel never takes us down.
 """
@@ -21,8 +24,8 @@ import uuid
 from typing import Any, Callable, Self
 
 from kernelsearch.db.engine import is_transient, retrying
-from kernelsearch.db.errors import StoreError, StoreUnavailable
-from kernelsearch.db.interfaces import JobQueue, WorkerStore
+from kernelsearch.db.errors import LeaseLost, StoreError, StoreUnavailable
+from kernelsearch.db.interfaces import JobQueue, Lease, WorkerStore
 from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
 
@@ -65,20 +68,23 @@ class _Periodic:
 
 
 class _Lease(_Periodic):
-    """Renews a job's lease every `interval` s in a thread; `lost` is set when renewal fails."""
+    """Renews a job's lease every `interval` s in a thread; `lost` is set once the lease is no
+    longer held (claimed again, cancelled or finished)."""
 
     name = "ks-heartbeat"
 
-    def __init__(self, store: JobQueue, job_id: int, owner: str, interval: float) -> None:
-        super().__init__(job_id, interval)
-        self.store, self.owner = store, owner
+    def __init__(self, store: JobQueue, lease: Lease, interval: float) -> None:
+        super().__init__(lease.job_id, interval)
+        self.store, self.lease = store, lease
         self.lost = threading.Event()
 
     def tick(self) -> bool:
         try:
-            if not self.store.heartbeat(self.job_id, self.owner):
-                self.lost.set()
-                return True
+            self.store.heartbeat(self.lease)
+        except LeaseLost as exc:
+            log.info("%s", exc)
+            self.lost.set()
+            return True
         except StoreUnavailable as exc:
             # Keep trying: the lease only expires after lease_seconds without a heartbeat.
             log.warning("heartbeat of job %s failed: %s", self.job_id, exc)
@@ -172,50 +178,62 @@ class Worker:
             return False
         log.info("worker %s claimed job %s (%s, %d cases, attempt %d)", self.owner, job.id,
                  job.kernel, len(job.cases), job.attempts)
-        with _Lease(self.store, job.id, self.owner, self.settings.heartbeat_seconds) as lease, \
+        held = Lease.of(job)
+        with _Lease(self.store, held, self.settings.heartbeat_seconds) as lease, \
                 _CancelWatch(self.store, job.id, self.settings.cancel_poll_seconds) as watch:
             self._cancel_watch = watch
-            status, error = self._run_job(job, lease)
+            try:
+                status, error = self._run_job(job, held, lease)
+            except LeaseLost as exc:
+                # Someone else holds the job now: leave it, and everything of it, as it is.
+                log.warning("worker %s left job %s: %s", self.owner, job.id, exc)
+                return True
         if status is None:
             why = "cancelled" if self._cancelled(job.id) else "lease lost or worker stopping"
-            if why != "cancelled" and self._hand_back(job.id):
+            if why != "cancelled" and self._hand_back(held):
                 why += "; handed back to the queue"
             log.info("worker %s left job %s: %s", self.owner, job.id, why)
             return True
-        if self.store.finish_job(job.id, self.owner, status, error=error):
-            log.info("job %s %s%s", job.id, status, f": {error}" if error else "")
+        try:
+            self.store.finish_job(held, status, error=error)
+        except LeaseLost as exc:
+            log.warning("worker %s left job %s unfinished: %s", self.owner, job.id, exc)
+            return True
+        log.info("job %s %s%s", job.id, status, f": {error}" if error else "")
         return True
 
-    def _hand_back(self, job_id: int) -> bool:
+    def _hand_back(self, lease: Lease) -> bool:
         """Requeue a job we leave unfinished at once, so another worker need not wait for the
         lease to expire; a database that cannot answer leaves that to the lease."""
         try:
-            return bool(self.store.release_job(job_id, self.owner))
+            self.store.release_job(lease)
+            return True
+        except LeaseLost:
+            return False
         except StoreError as exc:
-            log.warning("job %s not handed back (%s); its lease expires instead", job_id, exc)
+            log.warning("job %s not handed back (%s); its lease expires instead", lease.job_id, exc)
             return False
 
-    def _claim_study(self, name: str | None, job_id: int, should_stop: Callable[[], bool]) -> bool:
+    def _claim_study(self, name: str | None, lease: Lease, should_stop: Callable[[], bool]) -> bool:
         """Hold the case's study before tuning it, waiting while another worker tunes it (its
         trials then count for both jobs); False when told to stop while waiting."""
         if name is None:
             return True
         waited = False
-        while (holder := self.store.claim_study(name, self.owner, self.settings.lease_seconds,
-                                                job_id)) is not None:
+        while (holder := self.store.claim_study(name, lease, self.settings.lease_seconds)) is not None:
             if not waited:
-                log.info("job %s: study %s is being tuned by %s; waiting", job_id, name, holder)
+                log.info("job %s: study %s is being tuned by %s; waiting", lease.job_id, name, holder)
                 waited = True
             if should_stop():
                 return False
             self.stop_event.wait(min(1.0, self.settings.worker_poll_seconds))
         return True
 
-    def _release_study(self, name: str | None) -> None:
+    def _release_study(self, name: str | None, lease: Lease) -> None:
         if name is None:
             return
         try:
-            self.store.release_study(name, self.owner)
+            self.store.release_study(name, lease)
         except StoreError as exc:  # the claim expires with the lease
             log.warning("study %s not released: %s", name, exc)
 
@@ -233,8 +251,9 @@ class Worker:
             return False
         return job is not None and job.status == "cancelled"
 
-    def _run_job(self, job: Any, lease: _Lease) -> tuple[str | None, str | None]:
-        """(final status, error), or (None, None) when the job must be left as it is."""
+    def _run_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[str | None, str | None]:
+        """(final status, error), or (None, None) when the job must be left as it is; LeaseLost
+        from any write once another worker holds the job."""
         from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
 
         deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
@@ -259,16 +278,14 @@ class Worker:
             if should_stop():
                 break
             base = done_before
-            self.store.update_job_progress(job.id, self.owner, trials_done=base, device=device,
+            self.store.update_job_progress(held, trials_done=base, device=device,
                                            current_case={"index": i, "axes": axes})
 
             def progress(done: int, total: int, best_us: float | None, _base: int = base,
                          _axes: dict = axes, _i: int = i) -> None:
                 cur = {"index": _i, "axes": _axes, "trials_done": done, "n_trials": total,
                        "best_latency_us": best_us}
-                if not self.store.update_job_progress(job.id, self.owner, trials_done=_base + done,
-                                                      current_case=cur):
-                    lease.lost.set()
+                self.store.update_job_progress(held, trials_done=_base + done, current_case=cur)
 
             def tune() -> Any:
                 remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
@@ -276,17 +293,21 @@ class Worker:
                     n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining, job_id=job.id,
                     measure_n=self.settings.measure_n, run_tag=f"job:{job.id}",
                     reference=self.settings.tune_reference, exclusive=study is not None,
+                    lease=held if study is not None else None,
                     next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
-                return tune_case(job.kernel, axes, store=self.store, storage_url=self.settings.database_url,
+                return tune_case(job.kernel, axes, store=self.store.under_lease(held),
+                                 storage_url=self.settings.database_url,
                                  runner=self.runner, options=options,
                                  hooks=TuneHooks(progress=progress, should_stop=should_stop,
                                                  cancel=self._job_cancelled))
 
             study = _study_of(job.kernel, axes, device)
-            if not self._claim_study(study, job.id, should_stop):
+            if not self._claim_study(study, held, should_stop):
                 break
             try:
                 result = self._tune_retrying(tune, should_stop)
+            except LeaseLost:
+                raise
             except Exception as exc:
                 if is_transient(exc):
                     log.warning("job %s: case %s left after database failures: %s", job.id, axes, exc)
@@ -294,15 +315,18 @@ class Worker:
                 log.exception("job %s: case %s failed", job.id, axes)
                 return "failed", f"case {axes}: {type(exc).__name__}: {exc}"
             finally:
-                self._release_study(study)
+                self._release_study(study, held)
             summary = case_summary(axes, result)
             results = [r for r in results if r.get("axes") != axes] + [summary]
             best = {"cases": results}
             done_before += summary["trials_done"]
-            if not self.store.update_job_progress(job.id, self.owner, trials_done=done_before,
-                                                  best=best) and self._cancelled(job.id):
-                # Cancelled while this case ran: its record is stored, and the job reports it.
-                self.store.keep_cancelled_best(job.id, self.owner, trials_done=done_before, best=best)
+            try:
+                self.store.update_job_progress(held, trials_done=done_before, best=best)
+            except LeaseLost:
+                if self._cancelled(job.id):
+                    # Cancelled while this case ran: its record is stored, and the job reports it.
+                    self.store.keep_cancelled_best(held, trials_done=done_before, best=best)
+                raise
             if self.on_records_changed is not None:
                 self.on_records_changed()
             if summary["stopped_because"] in ("cancelled", "timeout"):

@@ -6,6 +6,7 @@ back to the queue) when the app stops.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S
+from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S, die_with_parent
 
 from .settings import Settings
 
@@ -39,27 +40,6 @@ def settings_env(settings: Settings) -> dict[str, str]:
             value = json.dumps(value)
         env[f"KS_{name.upper()}"] = str(value)
     return env
-
-
-def _load_libc() -> Any:
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # not glibc Linux: the child outlives a killed parent
-        return None
-
-
-# Loaded here, not in the forked child: between fork and exec only a plain C call is safe.
-_LIBC = _load_libc()
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGTERM (and hands its job back) when the API process dies, even by
-    # SIGKILL.
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class WorkerProcess:
@@ -89,9 +69,11 @@ class WorkerProcess:
             if self._stop.is_set():
                 return
             # Its own session: a terminal's Ctrl-C reaches the API process only, which stops the
-            # child with SIGTERM (its job handed back), instead of interrupting it mid-import.
-            self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent,
-                                         start_new_session=True)
+            # child with SIGTERM (its job handed back), instead of interrupting it mid-import; and
+            # SIGTERM when the API process dies, even by SIGKILL.
+            self.proc = subprocess.Popen(
+                cmd, env=env, start_new_session=True,
+                preexec_fn=functools.partial(die_with_parent, signal.SIGTERM, os.getpid()))
             self.starts += 1
         log.info("worker process %d started", self.proc.pid)
 

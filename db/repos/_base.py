@@ -9,9 +9,10 @@ Concurrency rules (both SQLite and PostgreSQL):
 """
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
-from typing import Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from sqlalchemy import CursorResult, Engine, Result, select, update
 from sqlalchemy import exc as sa_exc
@@ -21,9 +22,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..checks import axes_key
 from ..engine import make_engine, retrying, translate_errors
-from ..errors import Conflict
-from ..models import Case, Counter, Device, Kernel, utcnow
+from ..errors import Conflict, LeaseLost
+from ..models import Case, Counter, Device, Job, Kernel, utcnow
 from ..views import WORKER_VERSIONS
+
+if TYPE_CHECKING:
+    from ..interfaces import Lease
 
 _RETRIES = 6
 T = TypeVar("T")
@@ -39,6 +43,32 @@ def rowcount(result: Result[Any]) -> int:
     """Rows an UPDATE or DELETE matched: its result is a CursorResult, which Session.execute is
     typed to return as a plain Result."""
     return cast(CursorResult[Any], result).rowcount
+
+def hold_job(s: Session, lease: Lease) -> None:
+    """Raise LeaseLost unless no one claimed the job since `lease` (its attempt is still the
+    lease's token). On PostgreSQL the row is share-locked until the transaction ends, so a
+    claim by another worker waits for this transaction instead of slipping in before its commit
+    (on SQLite, write transactions are serialised already)."""
+    held = s.execute(
+        select(Job.id).where(Job.id == lease.job_id, Job.attempts == lease.token)
+        .with_for_update(read=True)
+    ).first()
+    if held is None:
+        raise lease_lost(s, lease)
+
+
+def lease_lost(s: Session, lease: Lease) -> LeaseLost:
+    """The error for a write refused under `lease`, saying what became of the job."""
+    row = s.execute(select(Job.status, Job.owner, Job.attempts).where(Job.id == lease.job_id)).first()
+    if row is None:
+        why = "no such job"
+    elif row.attempts != lease.token:
+        why = f"claimed again (attempt {row.attempts}, by {row.owner})"
+    else:
+        why = f"it is {row.status}"
+    return LeaseLost(f"job {lease.job_id}: the lease of attempt {lease.token} ({lease.owner}) "
+                     f"is no longer held: {why}")
+
 
 class RepoBase:
     """One SQL database (SQLite or PostgreSQL) and the transaction every repository method runs in;
@@ -61,6 +91,16 @@ class RepoBase:
         self._write = sessionmaker(
             bind=self.engine.execution_options(ks_write=True), expire_on_commit=False
         )
+        self._lease: Lease | None = None
+
+    def under_lease(self, lease: Lease) -> Self:
+        """This store (same engine) for the writes a worker makes on behalf of a job: each write
+        transaction first checks, in that transaction, that `lease` still holds the job, and
+        raises LeaseLost (writing nothing) when the job was claimed again since."""
+        fenced = copy.copy(self)
+        fenced._lease = lease
+        fenced._owns_engine = False
+        return fenced
 
     @classmethod
     def from_engine(cls, engine: Engine) -> Self:
@@ -99,6 +139,8 @@ class RepoBase:
             for attempt in range(_RETRIES):
                 try:
                     with maker.begin() as s:
+                        if write and self._lease is not None:
+                            hold_job(s, self._lease)
                         return fn(s)
                 except sa_exc.DBAPIError as e:
                     if write and _retryable(e) and attempt < _RETRIES - 1:

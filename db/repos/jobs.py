@@ -1,5 +1,9 @@
 """The job queue with its leases (`interfaces.JobQueue`) and the study claims workers hold while
-they tune (`interfaces.StudyClaims`): a heartbeat renews both, a release gives both back."""
+they tune (`interfaces.StudyClaims`): a heartbeat renews both, a release gives both back.
+
+Leases are fenced: a claim increments the job's attempt number, the lease's token, and every
+write under a lease checks that token in the same statement or transaction, so a worker whose
+lease lapsed (a partition, a stall) and was claimed again writes nothing when it resumes."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -10,11 +14,12 @@ from sqlalchemy import case as sa_case
 from sqlalchemy.orm import Session
 
 from ..checks import axes_key, check_int, check_name, check_number, check_status
-from ..errors import Conflict
+from ..errors import Conflict, LeaseLost
+from ..interfaces import Lease
 from ..models import Job, Kernel, StudyClaim, utcnow
 from ..statuses import ACTIVE_STATUSES, FINISHED_STATUSES
 from ..views import JobView
-from ._base import RepoBase, rowcount
+from ._base import RepoBase, hold_job, lease_lost, rowcount
 
 
 class JobRepo(RepoBase):
@@ -209,56 +214,57 @@ class JobRepo(RepoBase):
 
         return self._tx(tx, write=True)
 
-    def _owned(self, job_id: int, owner: str) -> Any:
-        return and_(Job.id == job_id, Job.owner == owner, Job.status == "running")
+    def _held(self, lease: Lease) -> Any:
+        """The job row while `lease` holds it: running, and claimed by no one since."""
+        return and_(Job.id == lease.job_id, Job.attempts == lease.token, Job.owner == lease.owner,
+                    Job.status == "running")
 
-    def _update_owned(self, job_id: int, owner: str, values: dict[str, Any]) -> Any:
-        """The UPDATE of a running job we own (it changes nothing once the lease is lost)."""
-        return (
-            update(Job)
-            .where(self._owned(job_id, owner))
-            .values(values)
-            .execution_options(synchronize_session=False)
-        )
+    def _write_held(self, s: Session, lease: Lease, values: dict[str, Any]) -> None:
+        """The UPDATE of a job `lease` holds, checked in its own WHERE: LeaseLost, and nothing
+        changed, once the job was claimed again, cancelled or finished."""
+        res = s.execute(update(Job).where(self._held(lease)).values(values)
+                        .execution_options(synchronize_session=False))
+        if rowcount(res) != 1:
+            raise lease_lost(s, lease)
 
-    def heartbeat(self, job_id: int, owner: str) -> bool:
-        """Renew the lease (and the owner's study claims); False when the job was cancelled,
-        finished or claimed by another."""
+    @staticmethod
+    def _claims_of(lease: Lease) -> Any:
+        return and_(StudyClaim.job_id == lease.job_id, StudyClaim.job_attempt == lease.token,
+                    StudyClaim.owner == lease.owner)
+
+    def heartbeat(self, lease: Lease) -> None:
+        """Renew the lease and the study claims taken under it; LeaseLost when the job was
+        cancelled, finished or claimed by another."""
         now = utcnow()
-        stmt = self._update_owned(job_id, owner, {"heartbeat_at": now})
 
-        def tx(s: Session) -> bool:
-            ours = rowcount(s.execute(stmt)) == 1
-            if ours:
-                s.execute(update(StudyClaim).where(StudyClaim.owner == owner)
-                          .values(heartbeat_at=now).execution_options(synchronize_session=False))
-            return ours
+        def tx(s: Session) -> None:
+            self._write_held(s, lease, {"heartbeat_at": now})
+            s.execute(update(StudyClaim).where(self._claims_of(lease))
+                      .values(heartbeat_at=now).execution_options(synchronize_session=False))
 
-        return self._tx(tx, write=True)
+        self._tx(tx, write=True)
 
-    def release_job(self, job_id: int, owner: str) -> bool:
-        """Hand a running job we own back to the queue at once (a worker told to stop), keeping
-        its progress; False when it was cancelled, finished or re-claimed meanwhile."""
-        stmt = self._update_owned(job_id, owner,
-                                  {"status": "queued", "owner": None, "heartbeat_at": None})
+    def release_job(self, lease: Lease) -> None:
+        """Hand a running job back to the queue at once (a worker told to stop), keeping its
+        progress, and its study claims with it; LeaseLost when it was cancelled, finished or
+        re-claimed meanwhile."""
 
-        def tx(s: Session) -> bool:
-            s.execute(delete(StudyClaim).where(StudyClaim.owner == owner))
-            return rowcount(s.execute(stmt)) == 1
+        def tx(s: Session) -> None:
+            self._write_held(s, lease, {"status": "queued", "owner": None, "heartbeat_at": None})
+            s.execute(delete(StudyClaim).where(self._claims_of(lease)))
 
-        return self._tx(tx, write=True)
+        self._tx(tx, write=True)
 
     def update_job_progress(
         self,
-        job_id: int,
-        owner: str,
+        lease: Lease,
         *,
         trials_done: int,
         device: str | None = None,
         best: dict[str, Any] | None = None,
         current_case: dict[str, Any] | None = None,
-    ) -> bool:
-        """Record progress (and renew the lease); False when the lease is no longer ours."""
+    ) -> None:
+        """Record progress (and renew the lease); LeaseLost when the lease is no longer held."""
         check_int(trials_done, "trials_done", minimum=0)
         # Never backwards: a worker taking the job over recounts from its studies.
         values: dict[str, Any] = {
@@ -271,28 +277,26 @@ class JobRepo(RepoBase):
             values["best"] = best
         if current_case is not None:
             values["current_case"] = current_case
-        stmt = self._update_owned(job_id, owner, values)
-        return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
+        self._tx(lambda s: self._write_held(s, lease, values), write=True)
 
-    def keep_cancelled_best(self, job_id: int, owner: str, *, trials_done: int,
-                            best: dict[str, Any]) -> bool:
+    def keep_cancelled_best(self, lease: Lease, *, trials_done: int, best: dict[str, Any]) -> bool:
         """The summary of a case a job's worker finished after the job was cancelled (the
-        case's record is stored, so the job reports it); only the worker that held the job
-        writes it. False when the job is not a cancelled job of `owner`."""
+        case's record is stored, so the job reports it); only the worker whose lease the job
+        was cancelled under writes it. False when the job is not that cancelled job."""
         check_int(trials_done, "trials_done", minimum=0)
         stmt = (update(Job)
-                .where(Job.id == job_id, Job.owner == owner, Job.status == "cancelled")
+                .where(Job.id == lease.job_id, Job.owner == lease.owner,
+                       Job.attempts == lease.token, Job.status == "cancelled")
                 .values(best=best, trials_done=sa_case((Job.trials_done > trials_done, Job.trials_done),
                                                        else_=trials_done))
                 .execution_options(synchronize_session=False))
         return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
 
-    def finish_job(self, job_id: int, owner: str, status: str, error: str | None = None) -> bool:
-        """Close a job we own; False when it was cancelled or re-claimed meanwhile."""
+    def finish_job(self, lease: Lease, status: str, error: str | None = None) -> None:
+        """Close a job `lease` holds; LeaseLost when it was cancelled or re-claimed meanwhile."""
         check_status(status, "status", FINISHED_STATUSES)
-        stmt = self._update_owned(job_id, owner,
-                                  {"status": status, "error": error, "finished_at": utcnow()})
-        return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
+        values = {"status": status, "error": error, "finished_at": utcnow()}
+        self._tx(lambda s: self._write_held(s, lease, values), write=True)
 
     def cancel_job(self, job_id: int) -> JobView | None:
         """queued/running -> cancelled; a finished job is returned unchanged; None if unknown."""
@@ -310,25 +314,27 @@ class JobRepo(RepoBase):
 
     # -- study claims ----------------------------------------------------------------
 
-    def claim_study(self, study_name: str, owner: str, lease_seconds: float,
-                    job_id: int | None = None) -> str | None:
-        """Take the study for `owner`; None when taken (or already ours), else the owner that
-        holds it now. A claim older than `lease_seconds` (its worker died) is taken over."""
+    def claim_study(self, study_name: str, lease: Lease, lease_seconds: float) -> str | None:
+        """Take the study under `lease`; None when taken (or already ours), else the owner that
+        holds it now. A claim older than `lease_seconds` (its worker died or hung) is taken over.
+        LeaseLost when `lease` no longer holds its job."""
         check_name(study_name, "study_name")
-        check_name(owner, "owner")
+        check_name(lease.owner, "owner")
         check_number(lease_seconds, "lease_seconds", positive=True)
 
         def tx(s: Session) -> str | None:
+            hold_job(s, lease)
             now = utcnow()
             cutoff = now - timedelta(seconds=float(lease_seconds))
-            ins = self._insert(s, StudyClaim).values(study_name=study_name, owner=owner,
-                                                      job_id=job_id, heartbeat_at=now)
+            mine = {"owner": lease.owner, "job_id": lease.job_id, "job_attempt": lease.token,
+                    "heartbeat_at": now}
+            ins = self._insert(s, StudyClaim).values(study_name=study_name, **mine)
             s.execute(ins.on_conflict_do_nothing(index_elements=["study_name"]))
             taken = rowcount(s.execute(
                 update(StudyClaim)
                 .where(StudyClaim.study_name == study_name,
-                       or_(StudyClaim.owner == owner, StudyClaim.heartbeat_at < cutoff))
-                .values(owner=owner, job_id=job_id, heartbeat_at=now)
+                       or_(self._claims_of(lease), StudyClaim.heartbeat_at < cutoff))
+                .values(mine)
                 .execution_options(synchronize_session=False)
             ))
             if taken:
@@ -338,7 +344,27 @@ class JobRepo(RepoBase):
 
         return self._tx(tx, write=True)
 
-    def release_study(self, study_name: str, owner: str) -> None:
-        """Give a study back once its case is done (or left)."""
+    def release_study(self, study_name: str, lease: Lease) -> None:
+        """Give a study back once its case is done (or left); a claim taken over since is not
+        ours and stays."""
         self._tx(lambda s: s.execute(delete(StudyClaim).where(
-            StudyClaim.study_name == study_name, StudyClaim.owner == owner)), write=True)
+            StudyClaim.study_name == study_name, self._claims_of(lease))), write=True)
+
+    def check_study_claim(self, session: Any, study_name: str, lease: Lease) -> None:
+        """Raise LeaseLost unless `lease` holds the study's claim. Run inside another writer's
+        transaction on this database (the tuner's Optuna storage), so that writer's change and
+        this check commit together: on PostgreSQL the claim row is share-locked until that
+        transaction ends (a takeover waits for it); on SQLite the writer's transaction already
+        holds the database's write lock."""
+        held = session.execute(
+            select(StudyClaim.study_name)
+            .where(StudyClaim.study_name == study_name, self._claims_of(lease))
+            .with_for_update(read=True)
+        ).first()
+        if held is None:
+            holder = session.execute(select(StudyClaim.owner, StudyClaim.job_id, StudyClaim.job_attempt)
+                                     .where(StudyClaim.study_name == study_name)).first()
+            now = ("released" if holder is None else
+                   f"held by {holder.owner} for job {holder.job_id}, attempt {holder.job_attempt}")
+            raise LeaseLost(f"study {study_name}: no longer claimed under job {lease.job_id}'s "
+                            f"lease of attempt {lease.token} ({lease.owner}): {now}")

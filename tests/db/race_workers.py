@@ -7,6 +7,7 @@ import time
 
 from helpers import make_record
 
+from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.store import Store
 
 
@@ -22,7 +23,7 @@ def claim_all(url: str, owner: str, start_at: float) -> list[int]:
         _wait(start_at)
         while (job := store.claim_job(owner, lease_seconds=3600)) is not None:
             got.append(job.id)
-            assert store.finish_job(job.id, owner, "succeeded")
+            store.finish_job(Lease.of(job), "succeeded")
     return got
 
 

@@ -13,7 +13,8 @@ from helpers import DEVICE, KERNEL, make_record, nearest_to
 
 from kernelsearch.db import interfaces
 from kernelsearch.db.engine import redact_url_passwords, upgrade
-from kernelsearch.db.errors import Conflict, ImportRejected, SchemaBehind, StoreUnavailable
+from kernelsearch.db.errors import Conflict, ImportRejected, LeaseLost, SchemaBehind, StoreUnavailable
+from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.models import Record
 from kernelsearch.db.repos import DeviceRepo, JobRepo, RecordRepo, TransferRepo, TrialRepo
 from kernelsearch.db.store import EXPORT_SCHEMA, EXPORT_VERSION, Store
@@ -35,7 +36,7 @@ def test_identical_job_while_one_is_active_is_that_job(store: Store) -> None:
     claimed = store.claim_job("w1", lease_seconds=60)
     assert claimed is not None and claimed.id == first.id
     assert store.create_job("k", cases, 4, "tpe").id == first.id  # running: still that job
-    assert store.finish_job(first.id, "w1", "succeeded") is True
+    store.finish_job(Lease.of(claimed), "succeeded")
     assert store.create_job("k", cases, 4, "tpe").id != first.id  # done: a new job adds trials
 
 
@@ -48,13 +49,19 @@ def test_queue_job_says_whether_it_is_an_existing_job(store: Store) -> None:
 
 def test_a_cancelled_job_keeps_the_best_only_from_its_worker(store: Store) -> None:
     job = store.create_job(KERNEL, CASES, n_trials=5, sampler="tpe")
-    assert store.claim_job("w1", lease_seconds=60).id == job.id
+    claimed = store.claim_job("w1", lease_seconds=60)
+    assert claimed.id == job.id
+    lease = Lease.of(claimed)
     best = {"cases": [{"axes": CASES[0], "best_latency_us": 4.2}]}
-    assert store.keep_cancelled_best(job.id, "w1", trials_done=3, best=best) is False  # running
+    assert store.keep_cancelled_best(lease, trials_done=3, best=best) is False  # running
     store.cancel_job(job.id)
-    assert store.update_job_progress(job.id, "w1", trials_done=3, best=best) is False
-    assert store.keep_cancelled_best(job.id, "w2", trials_done=3, best=best) is False
-    assert store.keep_cancelled_best(job.id, "w1", trials_done=3, best=best) is True
+    with pytest.raises(LeaseLost):
+        store.update_job_progress(lease, trials_done=3, best=best)
+    other = Lease(job_id=job.id, owner="w2", token=lease.token)
+    assert store.keep_cancelled_best(other, trials_done=3, best=best) is False
+    stale = Lease(job_id=job.id, owner="w1", token=lease.token - 1)
+    assert store.keep_cancelled_best(stale, trials_done=3, best=best) is False
+    assert store.keep_cancelled_best(lease, trials_done=3, best=best) is True
     final = store.get_job(job.id)
     assert (final.status, final.best, final.trials_done) == ("cancelled", best, 3)
 
@@ -70,19 +77,22 @@ def test_job_lifecycle(store: Store) -> None:
     assert claimed.started_at is not None and claimed.heartbeat_at is not None
     assert store.claim_job("w2", lease_seconds=60) is None
 
-    assert store.heartbeat(job.id, "w1") is True
-    assert store.heartbeat(job.id, "w2") is False
-    assert store.update_job_progress(
-        job.id, "w1", trials_done=3, device=DEVICE, best={"latency_us": 4.2}, current_case=CASES[1]
-    )
-    assert store.update_job_progress(job.id, "w2", trials_done=4) is False
+    lease = Lease.of(claimed)
+    store.heartbeat(lease)
+    with pytest.raises(LeaseLost):
+        store.heartbeat(Lease(job.id, "w2", 1))
+    store.update_job_progress(lease, trials_done=3, device=DEVICE, best={"latency_us": 4.2},
+                              current_case=CASES[1])
+    with pytest.raises(LeaseLost):
+        store.update_job_progress(Lease(job.id, "w2", 1), trials_done=4)
     mid = store.get_job(job.id)
     assert (mid.trials_done, mid.device, mid.best, mid.current_case) == (3, DEVICE, {"latency_us": 4.2}, CASES[1])
 
-    assert store.finish_job(job.id, "w1", "succeeded") is True
+    store.finish_job(lease, "succeeded")
     done = store.get_job(job.id)
     assert done.status == "succeeded" and done.finished_at is not None
-    assert store.finish_job(job.id, "w1", "failed", error="late") is False
+    with pytest.raises(LeaseLost, match="succeeded"):
+        store.finish_job(lease, "failed", error="late")
     assert store.get_job(job.id).status == "succeeded"
     d = done.as_dict()
     assert json.loads(json.dumps(d)) == d and isinstance(d["created_at"], str)
@@ -91,15 +101,18 @@ def test_job_lifecycle(store: Store) -> None:
 def test_claim_takes_oldest_and_reclaims_stale_lease(store: Store) -> None:
     a = store.create_job(KERNEL, CASES[:1], 2, "random")
     b = store.create_job(KERNEL, CASES[:1], 3, "random")  # an identical job would be `a`
-    assert store.claim_job("w1", 60).id == a.id
+    old = Lease.of(store.claim_job("w1", 60))
+    assert old.job_id == a.id
     assert store.claim_job("w2", 60).id == b.id
     assert store.claim_job("w3", 60) is None
     # A tiny lease makes both running jobs stale: the oldest is taken over first.
     taken = store.claim_job("w3", lease_seconds=1e-6)
     assert (taken.id, taken.owner, taken.attempts) == (a.id, "w3", 2)
-    assert store.heartbeat(a.id, "w1") is False, "the old owner lost its lease"
-    assert store.finish_job(a.id, "w1", "succeeded") is False
-    assert store.finish_job(a.id, "w3", "failed", error="boom") is True
+    with pytest.raises(LeaseLost, match="claimed again"):
+        store.heartbeat(old)
+    with pytest.raises(LeaseLost):
+        store.finish_job(old, "succeeded")
+    store.finish_job(Lease.of(taken), "failed", error="boom")
     failed = store.get_job(a.id)
     assert (failed.status, failed.error) == ("failed", "boom")
 
@@ -108,15 +121,17 @@ def test_cancel(store: Store) -> None:
     queued = store.create_job(KERNEL, CASES, 2, "tpe")
     running = store.create_job(KERNEL, CASES, 3, "tpe")
     assert store.cancel_job(queued.id).status == "cancelled"
-    assert store.claim_job("w", 60).id == running.id, "a cancelled job is never claimed"
+    lease = Lease.of(store.claim_job("w", 60))
+    assert lease.job_id == running.id, "a cancelled job is never claimed"
     assert store.cancel_job(running.id).status == "cancelled"
-    assert store.heartbeat(running.id, "w") is False
-    assert store.finish_job(running.id, "w", "succeeded") is False
+    with pytest.raises(LeaseLost, match="cancelled"):
+        store.heartbeat(lease)
+    with pytest.raises(LeaseLost):
+        store.finish_job(lease, "succeeded")
     assert store.get_job(running.id).status == "cancelled"
     assert store.cancel_job(987654) is None
     finished = store.create_job(KERNEL, CASES, 4, "tpe")
-    store.claim_job("w", 60)
-    store.finish_job(finished.id, "w", "succeeded")
+    store.finish_job(Lease.of(store.claim_job("w", 60)), "succeeded")
     assert store.cancel_job(finished.id).status == "succeeded"
 
 
@@ -154,10 +169,10 @@ def test_create_job_rejects_bad_input_naming_the_argument(store: Store, kwargs: 
 def test_status_arguments_are_checked(store: Store) -> None:
     with pytest.raises(ValueError, match="status"):
         store.list_jobs(status="done")
-    job = store.create_job(KERNEL, CASES, 1, "tpe")
-    store.claim_job("w", 60)
+    store.create_job(KERNEL, CASES, 1, "tpe")
+    lease = Lease.of(store.claim_job("w", 60))
     with pytest.raises(ValueError, match="status"):
-        store.finish_job(job.id, "w", "running")
+        store.finish_job(lease, "running")
 
 
 # ----------------------------------------------------------------------------- records
@@ -438,8 +453,9 @@ def test_each_repository_stands_alone(db_url: str) -> None:
     with JobRepo(db_url) as jobs:
         assert isinstance(jobs, interfaces.JobQueue) and isinstance(jobs, interfaces.StudyClaims)
         job = jobs.create_job(KERNEL, CASES, 2, "tpe")
-        assert jobs.claim_job("w1", lease_seconds=60).id == job.id
-        assert jobs.claim_study("ks/s", "w1", lease_seconds=60) is None
+        claimed = jobs.claim_job("w1", lease_seconds=60)
+        assert claimed.id == job.id
+        assert jobs.claim_study("ks/s", Lease.of(claimed), lease_seconds=60) is None
     with TrialRepo(db_url) as trials, DeviceRepo(db_url) as devices, TransferRepo(db_url) as io:
         trials.add_trial_summary("ks/s", KERNEL, DEVICE, CASES[0], 0, "complete", {}, 1.0, None, None)
         assert trials.trial_numbers("ks/s") == {0}

@@ -7,61 +7,79 @@ import time
 
 import pytest
 from helpers import KERNEL
-from sqlalchemy import exc
+from sqlalchemy import exc, select
 
 from kernelsearch.db.engine import is_transient, retrying
-from kernelsearch.db.errors import SchemaBehind, StoreUnavailable
+from kernelsearch.db.errors import LeaseLost, SchemaBehind, StoreUnavailable
+from kernelsearch.db.interfaces import Lease
+from kernelsearch.db.models import StudyClaim
 from kernelsearch.db.store import Store
 
 CASES = [{"total_patches": 64}]
 
 
+def _lease(store: Store, owner: str, lease_seconds: float = 60) -> Lease:
+    """A job claimed by `owner` (a new one queued first when none is claimable)."""
+    job = store.claim_job(owner, lease_seconds)
+    if job is None:
+        store.create_job(KERNEL, CASES, 3 + len(store.list_jobs()), "tpe")
+        job = store.claim_job(owner, lease_seconds)
+    return Lease.of(job)
+
+
 def test_a_study_is_claimed_by_one_owner_until_released_or_stale(store: Store) -> None:
-    assert store.claim_study("ks/s", "w1", lease_seconds=60, job_id=1) is None
-    assert store.claim_study("ks/s", "w1", lease_seconds=60, job_id=1) is None, "ours again"
-    assert store.claim_study("ks/s", "w2", lease_seconds=60, job_id=2) == "w1"
-    store.release_study("ks/s", "w2")  # not w2's: nothing happens
-    assert store.claim_study("ks/s", "w2", lease_seconds=60) == "w1"
-    store.release_study("ks/s", "w1")
-    assert store.claim_study("ks/s", "w2", lease_seconds=60) is None
+    w1, w2, w3 = (_lease(store, w) for w in ("w1", "w2", "w3"))
+    assert store.claim_study("ks/s", w1, lease_seconds=60) is None
+    assert store.claim_study("ks/s", w1, lease_seconds=60) is None, "ours again"
+    assert store.claim_study("ks/s", w2, lease_seconds=60) == "w1"
+    store.release_study("ks/s", w2)  # not w2's: nothing happens
+    assert store.claim_study("ks/s", w2, lease_seconds=60) == "w1"
+    store.release_study("ks/s", w1)
+    assert store.claim_study("ks/s", w2, lease_seconds=60) is None
     time.sleep(0.05)
-    assert store.claim_study("ks/s", "w3", lease_seconds=0.01) is None, "a stale claim is taken over"
-    assert store.claim_study("ks/s", "w2", lease_seconds=60) == "w3"
+    assert store.claim_study("ks/s", w3, lease_seconds=0.01) is None, "a stale claim is taken over"
+    assert store.claim_study("ks/s", w2, lease_seconds=60) == "w3"
 
 
-def test_heartbeat_renews_the_owners_claims(store: Store) -> None:
-    job = store.create_job(KERNEL, CASES, 3, "tpe")
-    store.claim_job("w1", lease_seconds=60)
-    assert store.claim_study("ks/s", "w1", lease_seconds=60, job_id=job.id) is None
-    time.sleep(0.3)
-    assert store.heartbeat(job.id, "w1")
-    assert store.claim_study("ks/s", "w2", lease_seconds=0.2) == "w1", "renewed, so not stale"
+def test_heartbeat_renews_the_claims_of_its_lease(store: Store) -> None:
+    lease = _lease(store, "w1")
+    assert store.claim_study("ks/s", lease, lease_seconds=60) is None
+
+    def claimed_at() -> object:
+        with store.engine.connect() as conn:
+            return conn.execute(select(StudyClaim.heartbeat_at)).scalar_one()
+
+    first = claimed_at()
+    time.sleep(0.05)
+    store.heartbeat(lease)
+    assert claimed_at() > first, "renewed with the job's lease"
 
 
 def test_release_job_requeues_at_once_keeping_progress(store: Store) -> None:
-    job = store.create_job(KERNEL, CASES, 3, "tpe")
-    store.claim_job("w1", lease_seconds=60)
-    store.claim_study("ks/s", "w1", lease_seconds=60, job_id=job.id)
-    assert store.update_job_progress(job.id, "w1", trials_done=2)
-    assert store.release_job(job.id, "w2") is False, "only the owner hands a job back"
-    assert store.release_job(job.id, "w1") is True
-    back = store.get_job(job.id)
+    lease = _lease(store, "w1")
+    store.claim_study("ks/s", lease, lease_seconds=60)
+    store.update_job_progress(lease, trials_done=2)
+    with pytest.raises(LeaseLost):
+        store.release_job(Lease(lease.job_id, "w2", lease.token))  # only the holder hands it back
+    store.release_job(lease)
+    back = store.get_job(lease.job_id)
     assert (back.status, back.owner, back.heartbeat_at, back.trials_done) == ("queued", None, None, 2)
-    assert store.claim_study("ks/s", "w2", lease_seconds=60) is None, "its claims went with it"
-    again = store.claim_job("w2", lease_seconds=60)
-    assert again.id == job.id and again.attempts == 2
-    store.cancel_job(job.id)
-    assert store.release_job(job.id, "w2") is False and store.get_job(job.id).status == "cancelled"
+    again = Lease.of(store.claim_job("w2", lease_seconds=60))
+    assert again.job_id == lease.job_id and again.token == 2
+    assert store.claim_study("ks/s", again, lease_seconds=60) is None, "its claims went with it"
+    store.cancel_job(lease.job_id)
+    with pytest.raises(LeaseLost, match="cancelled"):
+        store.release_job(again)
+    assert store.get_job(lease.job_id).status == "cancelled"
 
 
 def test_trials_done_never_goes_backwards(store: Store) -> None:
-    job = store.create_job(KERNEL, CASES, 9, "tpe")
-    store.claim_job("w1", lease_seconds=60)
-    assert store.update_job_progress(job.id, "w1", trials_done=7)
-    assert store.update_job_progress(job.id, "w1", trials_done=6)  # a takeover recounting
-    assert store.get_job(job.id).trials_done == 7
-    assert store.update_job_progress(job.id, "w1", trials_done=8)
-    assert store.get_job(job.id).trials_done == 8
+    lease = _lease(store, "w1")
+    store.update_job_progress(lease, trials_done=7)
+    store.update_job_progress(lease, trials_done=6)  # a takeover recounting
+    assert store.get_job(lease.job_id).trials_done == 7
+    store.update_job_progress(lease, trials_done=8)
+    assert store.get_job(lease.job_id).trials_done == 8
 
 
 def test_transient_failures_are_retried_and_others_are_not(store: Store) -> None:
@@ -125,7 +143,8 @@ def test_retrying_gives_up_after_its_budget() -> None:
 
 
 def test_claim_study_names_a_bad_argument(store: Store) -> None:
+    lease = _lease(store, "w1")
     with pytest.raises(ValueError, match="lease_seconds"):
-        store.claim_study("ks/s", "w1", lease_seconds=0)
+        store.claim_study("ks/s", lease, lease_seconds=0)
     with pytest.raises(ValueError, match="owner"):
-        store.claim_study("ks/s", "", lease_seconds=1)
+        store.claim_study("ks/s", Lease(lease.job_id, "", lease.token), lease_seconds=1)

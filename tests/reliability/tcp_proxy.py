@@ -9,7 +9,8 @@ import threading
 
 class TcpProxy:
     """Forward 127.0.0.1:<port> to (host, target_port); `cut()` drops every connection and stops
-    listening (clients get 'connection refused'), `restore()` listens again on the same port."""
+    listening (clients get 'connection refused'), `restore()` listens again on the same port;
+    `pause()` holds the traffic without dropping anything, `resume()` lets it through."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -21,6 +22,7 @@ class TcpProxy:
         self._thread.start()
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing: asyncio.Event | None = None
 
     def _call(self, coro, timeout: float = 10):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -28,6 +30,7 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
+                await self._flow().wait()
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
@@ -35,7 +38,14 @@ class TcpProxy:
         finally:
             writer.close()
 
+    def _flow(self) -> asyncio.Event:
+        if self._flowing is None:  # made on the proxy's loop
+            self._flowing = asyncio.Event()
+            self._flowing.set()
+        return self._flowing
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._flow().wait()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -77,6 +87,18 @@ class TcpProxy:
         return self
 
     restore = start
+
+    async def _set_flowing(self, on: bool) -> None:
+        (self._flow().set if on else self._flow().clear)()
+
+    def pause(self) -> None:
+        """Hold every byte both ways, and new connections, keeping every connection open: a
+        partition where the peers' statements hang (no error) until resume()."""
+        self._call(self._set_flowing(False))
+
+    def resume(self) -> None:
+        """Deliver what pause() held, and forward again."""
+        self._call(self._set_flowing(True))
 
     def cut(self) -> None:
         self._call(self._cut())

@@ -217,3 +217,60 @@ def test_takeover_keeps_progress_cleans_running_trials_and_sigterm_hands_back(pg
     assert final.status == "succeeded" and final.owner == "worker-c" and final.attempts == 3
     assert final.trials_done == n_trials
     _assert_exact([study], n_trials, procs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_healed_partition_stale_worker_writes_nothing(pg_store, pg_url, procs):
+    """Issue 24.0: A's connections hang (a TCP proxy paused) past its lease; B takes the job
+    and its study over and is mid-trial when the partition heals. A's held writes then land:
+    each is refused (fenced by the lease's attempt), A leaves the job, B's trial in flight is
+    untouched, and the job succeeds with every trial counted once."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from kernelsearch.kernels.device import INTERPRETER_DEVICE
+    from kernelsearch.search_space.tuner import study_name
+
+    real = make_url(pg_url)
+    proxy = TcpProxy(real.host or "127.0.0.1", real.port or 5432).start()
+    via = real.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    n_trials, axes = 5, case(8)
+    job = pg_store.create_job(KERNEL, [axes], n_trials, "random").id
+    storage = optuna.storages.RDBStorage(pg_url)
+    name = study_name(KERNEL, axes, INTERPRETER_DEVICE)
+
+    def trials(state: TrialState) -> list[int]:
+        study = optuna.load_study(study_name=name, storage=storage)
+        return [t.number for t in study.get_trials(deepcopy=False, states=(state,))]
+
+    try:
+        a = procs.worker("worker-a", {"KS_DATABASE_URL": via})
+        wait_for(lambda: pg_store.get_job(job).trials_done >= 1, 150, "A's first trial", procs)
+        proxy.pause()
+        t_pause = time.monotonic()
+        asked = max(trials(TrialState.COMPLETE) + trials(TrialState.RUNNING))
+        procs.worker("worker-b")
+        wait_for(lambda: pg_store.get_job(job).owner == "worker-b"
+                 and any(n > asked for n in trials(TrialState.RUNNING)),
+                 150, "B to take the job over and start a trial", procs, every=0.05)
+        paused_s = time.monotonic() - t_pause
+        proxy.resume()
+        (final,) = wait_final(pg_store, [job], 150, procs)
+        wait_for(lambda: "no longer" in a.tail(1_000_000), 30, "A to find its lease lost", procs)
+        a_alive = a.alive()
+    finally:
+        procs.close()  # before the proxy: a worker cut off would retry for KS_DB_RETRY_SECONDS
+        proxy.close()
+        storage.engine.dispose()
+    study = study_figures(pg_store, pg_url, KERNEL, axes, n_trials)
+    print_figures("healed partition: A paused past its lease, B mid-trial at the heal", {
+        "paused (s)": round(paused_s, 1), "lease (s)": 3,
+        "job": f"{final.status}, attempts {final.attempts}, owner {final.owner}, error {final.error}",
+        "A's refusals": [ln.strip()[-160:] for ln in a.tail(1_000_000).splitlines() if "no longer" in ln][:4],
+        "final study": study,
+    })
+    assert a_alive, "the stale worker stops its job, not itself"
+    assert final.status == "succeeded", final.error
+    assert final.owner == "worker-b" and final.attempts == 2 and final.trials_done == n_trials
+    _assert_exact([study], n_trials, procs)

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -91,3 +92,68 @@ def test_sigkilled_worker_job_resumed_exactly(db_url, tmp_path):
         stack.close()
         if store is not None:
             store.close()
+
+
+def _children(pid: int) -> list[int]:
+    """The pids `pid`'s threads started (Linux /proc)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie no one reaps yet (its parent was killed)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@pytest.mark.timeout(180)
+def test_sigkilled_worker_takes_its_trial_child_with_it(sqlite_url, tmp_path):
+    """Issue 24.7: kill -9 of the worker alone (not its process group) while its trial child
+    runs a kernel that hangs: the child is gone within a second (a parent-death signal), not
+    left running with nobody to end it."""
+    import ks_fake_kernels
+
+    from kernelsearch.db.engine import upgrade
+    from kernelsearch.db.store import Store
+    from kernelsearch.kernels.device import INTERPRETER_DEVICE
+    from kernelsearch.search_space.tuner import study_name
+
+    from rel_faults import Procs, wait_for
+
+    upgrade(sqlite_url)
+    axes = {"n": 64}
+    procs = Procs(tmp_path, {"KS_DATABASE_URL": sqlite_url, "KS_FAKE_MODES": "hang"})
+    child = None
+    try:
+        with Store(sqlite_url) as store:
+            store.create_job(ks_fake_kernels.NAME, [axes], 1, "random")
+        worker = procs.worker("hung", fake=True)
+        name = study_name(ks_fake_kernels.NAME, axes, INTERPRETER_DEVICE)
+
+        def running() -> bool:
+            try:
+                study = optuna.load_study(study_name=name, storage=sqlite_url)
+            except KeyError:
+                return False
+            return bool(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+        wait_for(running, 150, "the worker's first trial", procs, every=0.3)
+        (child,) = [c for c in _children(worker.popen.pid)
+                    if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+        time.sleep(1.0)  # the trial's request reaches the child: it is inside the hung kernel
+        assert not _dead(child)
+        os.kill(worker.popen.pid, signal.SIGKILL)
+        worker.popen.wait(10)
+        deadline = time.monotonic() + 1.0
+        while not _dead(child) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _dead(child), "the trial child outlived its killed worker"
+    finally:
+        if child is not None and not _dead(child):
+            os.kill(child, signal.SIGKILL)
+        procs.close()

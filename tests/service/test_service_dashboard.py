@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from svc_helpers import H200, KA, KB, LiveServer, record, settings_for
 
 from kernelsearch import kernels
+from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.store import Store
 from kernelsearch.db.views import WORKER_VERSIONS
 from kernelsearch.kernels.device import versions
@@ -46,11 +47,10 @@ def _fill(store: Store) -> dict[str, int]:
         store.add_trial_summary("study-b-128", KB, H200, {"seq_len": 128}, i, state,
                                 {"ROWS": i}, lat, None if lat else "compile_error",
                                 None if lat else f"ptxas #{i}: {XSS}", job_id=failed.id)
-    store.update_job_progress(claimed.id, "test-owner", trials_done=4, device=H200)
-    store.finish_job(claimed.id, "test-owner", "failed", error=XSS)
+    store.update_job_progress(Lease.of(claimed), trials_done=4, device=H200)
+    store.finish_job(Lease.of(claimed), "failed", error=XSS)
     running = store.create_job(KB, [{"seq_len": 64}, {"seq_len": 1024}], 4, "tpe")
-    store.claim_job("test-owner", 60)
-    store.update_job_progress(running.id, "test-owner", trials_done=3, device=H200,
+    store.update_job_progress(Lease.of(store.claim_job("test-owner", 60)), trials_done=3, device=H200,
                               current_case={"index": 1, "axes": {"seq_len": 1024}, "trials_done": 1,
                                             "n_trials": 4, "best_latency_us": 81.5},
                               best={"cases": [{"axes": {"seq_len": 64}, "best_latency_us": 8.75}]})

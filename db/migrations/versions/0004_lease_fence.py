@@ -1,4 +1,5 @@
-"""Fenced leases (filled by the leases work).
+"""Fenced leases: a study claim remembers the attempt of the job lease it was taken under, so a
+worker whose lease was claimed again can no longer write to the study.
 
 Revision ID: 0004
 Revises: 0003
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from alembic import op
+
 revision: str = '0004'
 down_revision: str | None = '0003'
 branch_labels: str | Sequence[str] | None = None
@@ -15,8 +19,11 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    pass
+    # Claims held while upgrading have no attempt: they match no lease, and go stale.
+    with op.batch_alter_table('ks_study_claims') as batch:
+        batch.add_column(sa.Column('job_attempt', sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('ks_study_claims') as batch:
+        batch.drop_column('job_attempt')

@@ -18,7 +18,7 @@ import ks_fake_kernels
 from kernelsearch.search_space.space import SearchSpace, SpaceError
 from kernelsearch.search_space.tuner import SAMPLERS, TuneError, TuneHooks, TuneOptions, study_name, tune_case
 
-from conftest import FAKE, HERE, TEST_COMPILE_WORKERS, fake_space
+from ss_helpers import FAKE, HERE, TEST_COMPILE_WORKERS, fake_space
 
 
 def _evaluated(url, name):
@@ -158,7 +158,7 @@ def test_warm_start_enqueues_the_nearest_cases_best(ss_store, runner):
 _KILLED_TUNER = """
 import sys
 sys.path.insert(0, {here!r})
-from conftest import FAKE, TEST_COMPILE_WORKERS, fake_space
+from ss_helpers import FAKE, TEST_COMPILE_WORKERS, fake_space
 from kernelsearch.db.store import Store
 from kernelsearch.search_space.runner import TrialRunner
 from kernelsearch.search_space.tuner import TuneOptions, tune_case

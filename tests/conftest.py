@@ -14,6 +14,11 @@ import pytest
 from sqlalchemy import create_engine, make_url
 from sqlalchemy.pool import NullPool
 
+# First, before any folder's helpers import triton.language: without a GPU this sets
+# TRITON_INTERPRET=1, which triton.language reads once (imported earlier, the interpreter's kernels
+# fail with "Cannot call @triton.jit'd outside of the scope of a kernel" when folders mix).
+import kernelsearch.kernels  # noqa: F401
+
 PG_ENV = "KS_TEST_POSTGRES_URL"
 PG_SKIP_REASON = f"{PG_ENV} is not set: PostgreSQL side skipped"
 

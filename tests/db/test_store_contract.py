@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from dataclasses import fields
@@ -208,6 +209,22 @@ def test_identical_record_twice_is_a_no_op(store: Store) -> None:
     assert again.id == first.id and improved is False
     assert store.records_version() == v
     assert len(store.list_records(include_history=True)) == 1
+
+
+@pytest.mark.parametrize("change", [
+    {"config": {"BLOCK_P": 64, "num_warps": 4}}, {"source_hash": "def456"},
+    {"torch_version": "2.12.0"}, {"triton_version": "3.7.0"}, {"timing_method": "interpreter-wallclock"},
+    {"rel_error": 2e-7}, {"device": "NVIDIA A100"}, {"axes": {"total_patches": 65}},
+], ids=lambda c: next(iter(c)))
+def test_a_record_differing_in_one_measured_field_is_a_new_record(store: Store, change) -> None:
+    """The fingerprint that makes a re-import a no-op covers each field: the same latency with
+    another config (or source, versions, ...) is another record, not the first one again."""
+    first, _ = store.upsert_best(make_record(10.0))
+    other, _ = store.upsert_best(dataclasses.replace(make_record(10.0), **change))
+    assert other.id != first.id
+    key = next(iter(change))
+    assert getattr(other, key) == change[key] != getattr(first, key)
+    assert len(store.list_records(include_history=True)) == 2
 
 
 def test_record_round_trips_every_field(store: Store) -> None:

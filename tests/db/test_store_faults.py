@@ -55,6 +55,22 @@ def test_heartbeat_renews_the_claims_of_its_lease(store: Store) -> None:
     assert claimed_at() > first, "renewed with the job's lease"
 
 
+def test_heartbeat_renews_the_jobs_lease(store: Store) -> None:
+    """A heartbeat moves the lease on: a lease shorter than the time since the claim would let
+    another worker take the job, but not the time since the heartbeat."""
+    job = store.create_job(KERNEL, CASES, 3, "tpe")
+    claimed = store.claim_job("w1", lease_seconds=60)
+    assert claimed is not None and claimed.id == job.id
+    time.sleep(0.3)
+    assert store.heartbeat(job.id, "w1")
+    renewed = store.get_job(job.id)
+    assert renewed.heartbeat_at > claimed.heartbeat_at
+    assert store.claim_job("w2", lease_seconds=0.2) is None, "renewed, so not stale"
+    time.sleep(0.3)
+    taken = store.claim_job("w2", lease_seconds=0.2)
+    assert taken is not None and (taken.id, taken.owner) == (job.id, "w2"), "stale without one"
+
+
 def test_release_job_requeues_at_once_keeping_progress(store: Store) -> None:
     lease = _lease(store, "w1")
     store.claim_study("ks/s", lease, lease_seconds=60)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernelsearch import kernels
-from kernelsearch.kernels.spec import KernelDef
+from kernelsearch.kernels.spec import LAUNCH_OPTIONS, KernelDef
 
 # The contract suite runs against every registered kernel: the built-ins (entry points) and a
 # user's kernel written only against the public API, as any plugin would be.
@@ -80,6 +80,70 @@ def _sample_configs(k: KernelDef, n: int, seed: int) -> list[dict]:
     return list(uniq.values())
 
 
+def _interpreter_cost(k: KernelDef, cfg: dict) -> float:
+    """A guess at a config's cost under the interpreter, which pays per program: the smaller its
+    integer meta-parameters (block sizes and the like), the more programs."""
+    cost = 1.0
+    for p in k.params:
+        if p.name in cfg and p.name not in LAUNCH_OPTIONS and all(type(c) is int and c > 0 for c in p.choices):
+            cost *= max(p.choices) / cfg[p.name]
+    return cost
+
+
+def _covering_configs(k: KernelDef) -> list[dict]:
+    """Few cheap valid configs that hold every value of every parameter between them (a covering
+    design): a greedy cover, by new values per unit of `_interpreter_cost`, picked from the
+    one-value-at-a-time configs of `_sample_configs`, cycles (config i takes each parameter's
+    i-th value, one conditional parameter's requirements set in turn) and seeded random ones."""
+    def served(p) -> list:
+        return [c for c in p.choices if c not in k.off_case.get(p.name, {})]
+
+    def valid(cfg: dict) -> dict | None:
+        cfg = {name: v for name, v in cfg.items() if k.param(name).active(cfg)}
+        try:
+            return k.validate_config(cfg)
+        except ValueError:
+            return None
+
+    wanted = {(p.name, v) for p in k.params for v in served(p)}
+    cands = _sample_configs(k, n=0, seed=0)
+    cond = [p for p in k.params if p.requires] or [None]
+    rng = random.Random(0)
+    for i in range(max(len(served(p)) for p in k.params) * len(cond) * 4):
+        if i % 4 == 0:
+            cfg = {p.name: served(p)[i // 4 % len(served(p))] for p in k.params}
+        else:
+            cfg = {p.name: rng.choice(served(p)) for p in k.params}
+        p = cond[i % len(cond)]  # conditional parameters take turns to have their requirements
+        if p is not None:
+            cfg.update({dep: vals[0] for dep, vals in p.requires.items() if cfg[dep] not in vals})
+        c = valid(cfg)
+        if c is not None:
+            cands.append(c)
+    for name, v in sorted(wanted, key=str):  # a value valid only beside others: random company
+        for _ in range(200):
+            if any(c.get(name) == v for c in cands):
+                break
+            cfg = {p.name: rng.choice(served(p)) for p in k.params}
+            cfg[name] = v
+            cfg.update({dep: vals[0] for dep, vals in k.param(name).requires.items()})
+            c = valid(cfg)
+            if c is not None:
+                cands.append(c)
+    out: list[dict] = []
+    while wanted:
+        best = max(cands, key=lambda c: len(wanted & set(c.items())) / _interpreter_cost(k, c))
+        assert wanted & set(best.items()), f"{k.name}: no valid config holds {sorted(wanted, key=str)}"
+        out.append(best)
+        wanted -= set(best.items())
+    if k.space is not None and not isinstance(k.space, (str, Path)):
+        # A declared config list is the whole space: every one of them.
+        from kernelsearch.kernels.spec import from_triton_config
+
+        out += [k.validate_config(c if isinstance(c, dict) else from_triton_config(c)) for c in k.space]
+    return list({tuple(sorted(c.items())): c for c in out}.values())
+
+
 def _small_axes(k: KernelDef) -> list[dict]:
     """Odd shapes from the declaration alone: the smallest size, then sizes that are no multiple
     of any block; categorical axes take each of their values in turn."""
@@ -96,6 +160,11 @@ def _small_axes(k: KernelDef) -> list[dict]:
 @pytest.fixture
 def sample_configs():
     return _sample_configs
+
+
+@pytest.fixture
+def covering_configs():
+    return _covering_configs
 
 
 @pytest.fixture

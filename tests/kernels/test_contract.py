@@ -9,11 +9,12 @@ import torch
 
 from kernelsearch import kernels
 from kernelsearch.kernels import provider
-from kernelsearch.kernels.check import check_config, rel_error
+from kernelsearch.kernels.check import InputCache, check_config, rel_error
 from kernelsearch.kernels.errors import FailureKind, InvalidConfig, WrongResult, classify
 from kernelsearch.kernels.measure import WALLCLOCK, Timing, time_call
 
 ON_GPU = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU; a covering subset runs under the interpreter")
 
 
 def test_builtin_kernels_come_through_the_entry_point_group():
@@ -110,8 +111,12 @@ def test_bad_axes(kdef):
 
 
 def test_default_correct_on_odd_shapes(kdef, small_axes):
-    for axes in small_axes:
-        res = check_config(kdef, axes, kdef.default_config, seed=7)
+    """The whole domain on each odd shape; under the interpreter the largest shape (nine tenths
+    of the cost) takes the plain draws only, the smaller ones still the whole domain."""
+    plain = [d for d in kdef.domain.draws() if not d.scaled]
+    for i, axes in enumerate(small_axes):
+        draws = plain if not ON_GPU and i == len(small_axes) - 1 else None
+        res = check_config(kdef, axes, kdef.default_config, seed=7, draws=draws)
         assert res.ok, (axes, res.detail)
         assert res.max_error < kdef.rtol_for(axes)
 
@@ -124,9 +129,36 @@ def _plain_and_extremes(kdef):
             if not d.scaled or d.scale in (min(scales), max(scales))]
 
 
-def test_sampled_configs_correct(kdef, small_axes, sample_configs):
-    """Every parameter value and a random sample, on an odd shape, the plain draws and the
-    domain's extremes."""
+@pytest.fixture(scope="module")
+def input_caches() -> dict[str, InputCache]:
+    """One cache of draws and float64 references per kernel, shared by the module's checks."""
+    return {}
+
+
+def test_sampled_configs_correct(kdef, small_axes, covering_configs, input_caches):
+    """Every value of every parameter in a few configs (a covering design), on an odd shape: each
+    config on the benchmark draw and, between them, every draw of the plain and extreme ones (the
+    whole sweep is test_gpu_sampled_configs_correct; under the interpreter it costs minutes)."""
+    axes = small_axes[1]
+    cfgs = covering_configs(kdef)
+    draws = _plain_and_extremes(kdef)
+    first = next(d for d in draws if not d.scaled)
+    rest = [d for d in draws if d is not first]
+    cache = input_caches.setdefault(kdef.name, InputCache())
+    bad = []
+    for i, cfg in enumerate(cfgs):
+        mine = [first] + rest[i::len(cfgs)]
+        res = check_config(kdef, axes, cfg, seed=3, draws=mine, cache=cache)
+        if not res.ok:
+            bad.append((cfg, res.detail))
+    assert not bad, bad
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_sampled_configs_correct(kdef, small_axes, sample_configs):
+    """Every parameter value and a random sample, on an odd shape, each on the plain draws and
+    the domain's extremes."""
     axes = small_axes[1]
     cfgs = sample_configs(kdef, n=6, seed=11)
     listed = len(kdef.space) if isinstance(kdef.space, (list, tuple)) else None
@@ -141,10 +173,10 @@ def test_sampled_configs_correct(kdef, small_axes, sample_configs):
 
 def test_suite_case_shape_correct(kdef):
     """The smallest suite case at its real size, default config, the plain draws (the shape is
-    the point here; the domain is checked on the odd shapes)."""
+    the point here; the domain is checked on the odd shapes); under the interpreter the first."""
     c = min(kdef.cases, key=lambda c: kdef.bytes_moved(c.axes))
-    res = check_config(kdef, c.axes, kdef.default_config, seed=5,
-                       distributions=kdef.domain.distributions)
+    dists = kdef.domain.distributions if ON_GPU else kdef.domain.distributions[:1]  # minutes here
+    res = check_config(kdef, c.axes, kdef.default_config, seed=5, distributions=dists)
     assert res.ok, res.detail
 
 
@@ -271,14 +303,15 @@ def test_wrong_result_is_detected(kdef, small_axes, monkeypatch):
         outs[-1].view(-1)[-1] = math.nan
         return outs
 
+    plain = [d for d in kdef.domain.draws() if not d.scaled]  # the scaled ones cost minutes here
     for fake in (off_by_a_bit, unwritten):
         monkeypatch.setattr(kdef, "launch", fake)
-        res = check_config(kdef, axes, kdef.default_config, seed=1)
+        res = check_config(kdef, axes, kdef.default_config, seed=1, draws=plain)
         assert not res.ok
         from kernelsearch.kernels.check import assert_correct
 
         with pytest.raises(WrongResult):
-            assert_correct(kdef, axes, kdef.default_config, seed=1)
+            assert_correct(kdef, axes, kdef.default_config, seed=1, draws=plain)
 
 
 def test_timing_interpreter_is_labelled(kdef, small_axes):

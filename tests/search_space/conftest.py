@@ -11,20 +11,10 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # the runner's spawned children import ks_fake_kernels too
 
-import ks_fake_kernels  # noqa: E402  (registers the test kernel in this process)
+import ks_fake_kernels  # noqa: E402,F401  (registers the test kernel in this process)
+from ss_helpers import TEST_COMPILE_WORKERS  # noqa: E402
 
 from kernelsearch.search_space.runner import TrialRunner  # noqa: E402
-from kernelsearch.search_space.space import SearchSpace  # noqa: E402
-
-FAKE = ks_fake_kernels.NAME
-
-
-def fake_space(modes=("ok",), blocks=(16, 32)) -> SearchSpace:
-    return SearchSpace.from_dict({
-        "kernel": FAKE,
-        "param": [{"name": "MODE", "choices": list(modes)},
-                  {"name": "BLOCK", "choices": list(blocks), "ordinal": True}],
-    }, ks_fake_kernels.KERNEL)
 
 
 @pytest.fixture
@@ -39,13 +29,6 @@ def ss_store(sqlite_url: str) -> Iterator[tuple[object, str]]:
         yield s, sqlite_url
     finally:
         s.close()
-
-
-# Compile-pool size of the tests' runners. The default (a worker per core but one) is 0 under the
-# interpreter but 15 per runner on the 16-core GPU host, where pytest-xdist runs several runners
-# at once (a module's, the crash test's, the killed tuner's): 60+ processes importing torch and
-# creating CUDA contexts on 16 cores. Two workers still exercise the pool there.
-TEST_COMPILE_WORKERS = 2
 
 
 @pytest.fixture(scope="module")

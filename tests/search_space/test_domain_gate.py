@@ -11,7 +11,7 @@ from kernelsearch.kernels.device import default_device
 from kernelsearch.kernels.spec import Draw, InputDomain
 from kernelsearch.search_space.runner import TrialRunner
 
-from conftest import TEST_COMPILE_WORKERS
+from ss_helpers import TEST_COMPILE_WORKERS
 
 K = ks_domain_fakes.KERNEL
 AXES = {"n": 256}

@@ -8,7 +8,7 @@ import optuna
 from kernelsearch_tools.efficiency import TableRunner, _grid_table, best_so_far, trials_to_within
 from kernelsearch.search_space.tuner import TuneOptions, tune_case
 
-from conftest import FAKE, fake_space
+from ss_helpers import FAKE, fake_space
 
 
 def test_trials_to_within():

@@ -7,7 +7,7 @@ from pathlib import Path
 from kernelsearch.kernels import get_kernel
 from kernelsearch_tools.explore import candidates
 
-from conftest import FAKE
+from ss_helpers import FAKE
 
 ROOT = Path(__file__).resolve().parents[2]
 

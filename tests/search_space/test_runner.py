@@ -5,7 +5,7 @@ import pytest
 
 from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
 
-from conftest import FAKE
+from ss_helpers import FAKE
 
 
 def test_ok_trial_has_timing_and_phases(runner):

@@ -24,7 +24,7 @@ from kernelsearch.search_space.runner import TrialOutcome, TrialRunner
 from kernelsearch.search_space.space import SearchSpace
 from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
 
-from conftest import FAKE
+from ss_helpers import FAKE
 
 PROBE = probe.NAME
 OK = {"MODE": "ok", "BLOCK": 16}

@@ -18,7 +18,7 @@ import ks_fake_kernels
 from kernelsearch.search_space.space import SearchSpace, SpaceError
 from kernelsearch.search_space.tuner import SAMPLERS, TuneError, TuneHooks, TuneOptions, study_name, tune_case
 
-from conftest import FAKE, HERE, TEST_COMPILE_WORKERS, fake_space
+from ss_helpers import FAKE, HERE, TEST_COMPILE_WORKERS, fake_space
 
 
 def _evaluated(url, name):
@@ -84,6 +84,32 @@ def test_failures_are_typed_remembered_and_never_rerun(ss_store, runner):
     failed = [t for t in study.trials if t.user_attrs.get("ks_state") == "fail"]
     assert failed and all(t.state == TrialState.COMPLETE and t.constraints["ks_failure"] > 0
                           for t in failed)
+
+
+def test_failed_trials_are_told_to_optuna_as_worse_than_the_measured_ones(ss_store, runner):
+    """A failed config is told to Optuna as a violated constraint with a penalty above every
+    latency measured before it, so no sampler (nor Optuna's best_trial) takes it for the best."""
+    store, url = ss_store
+    space = fake_space(modes=("ok", "compile_error", "wrong"), blocks=(16, 32))
+    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+                    options=TuneOptions(n_trials=6, sampler="grid", seed=0, measure_n=2))
+    assert res.n_complete == 2 and res.n_failed == 4, _outcomes(store, res)
+    study = optuna.load_study(study_name=study_name(FAKE, {"n": 24}, res.device), storage=url)
+    told = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+                  key=lambda t: t.datetime_complete)
+    ok_so_far: list[float] = []
+    checked = 0
+    for t in told:
+        failed = t.user_attrs.get("ks_state") != "ok"
+        assert (max(t.constraints.values()) > 0) == failed, (t.number, t.constraints, t.user_attrs)
+        if not failed:
+            ok_so_far.append(t.value)
+        elif ok_so_far:
+            assert t.value > max(ok_so_far), (t.number, t.value, ok_so_far)
+            checked += 1
+    assert checked, "no failure was told after a measured config: nothing was compared"
+    assert study.best_trial.user_attrs["ks_state"] == "ok"
+    assert study.best_value == res.best_latency_us
 
 
 def test_a_wrong_config_is_never_a_record(ss_store, runner):
@@ -158,7 +184,7 @@ def test_warm_start_enqueues_the_nearest_cases_best(ss_store, runner):
 _KILLED_TUNER = """
 import sys
 sys.path.insert(0, {here!r})
-from conftest import FAKE, TEST_COMPILE_WORKERS, fake_space
+from ss_helpers import FAKE, TEST_COMPILE_WORKERS, fake_space
 from kernelsearch.db.store import Store
 from kernelsearch.search_space.runner import TrialRunner
 from kernelsearch.search_space.tuner import TuneOptions, tune_case

@@ -6,7 +6,7 @@ import json
 
 from kernelsearch.search_space.tuner import TuneOptions, tune_case
 
-from conftest import FAKE, fake_space
+from ss_helpers import FAKE, fake_space
 
 
 def test_tuning_run_fills_a_complete_export(ss_store, runner):

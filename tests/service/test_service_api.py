@@ -148,6 +148,19 @@ def test_job_lifecycle(client: TestClient) -> None:
     assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "cancelled"
 
 
+@pytest.mark.parametrize("ended", ["succeeded", "failed"])
+def test_cancel_of_a_finished_job_is_a_conflict(client: TestClient, store: Store, ended: str) -> None:
+    """Cancelling a job that already succeeded or failed answers 409 and leaves its status (a
+    cancelled job cancelled again stays cancelled: 200)."""
+    job = store.create_job(KB, [{"seq_len": 2}], 1, "random")
+    assert store.claim_job("w", 60).id == job.id
+    assert store.finish_job(job.id, "w", ended)
+    r = client.post(f"/v1/jobs/{job.id}/cancel")
+    assert r.status_code == 409, r.text
+    assert f"already {ended}" in r.json()["detail"]
+    assert client.get(f"/v1/jobs/{job.id}").json()["status"] == ended
+
+
 def test_job_all_cases(client: TestClient) -> None:
     r = client.post("/v1/jobs", json={"kernel": KA, "cases": "all", "n_trials": 1})
     assert r.status_code == 202

@@ -62,7 +62,7 @@ def test_heartbeat_renews_the_jobs_lease(store: Store) -> None:
     claimed = store.claim_job("w1", lease_seconds=60)
     assert claimed is not None and claimed.id == job.id
     time.sleep(0.3)
-    assert store.heartbeat(job.id, "w1")
+    store.heartbeat(Lease.of(claimed))
     renewed = store.get_job(job.id)
     assert renewed.heartbeat_at > claimed.heartbeat_at
     assert store.claim_job("w2", lease_seconds=0.2) is None, "renewed, so not stale"

@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 
 from kernelsearch import kernels
 from kernelsearch.db.errors import SchemaBehind
+from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.store import Store
 from kernelsearch.service.api import create_app
 
@@ -153,8 +154,9 @@ def test_cancel_of_a_finished_job_is_a_conflict(client: TestClient, store: Store
     """Cancelling a job that already succeeded or failed answers 409 and leaves its status (a
     cancelled job cancelled again stays cancelled: 200)."""
     job = store.create_job(KB, [{"seq_len": 2}], 1, "random")
-    assert store.claim_job("w", 60).id == job.id
-    assert store.finish_job(job.id, "w", ended)
+    claimed = store.claim_job("w", 60)
+    assert claimed.id == job.id
+    store.finish_job(Lease.of(claimed), ended)
     r = client.post(f"/v1/jobs/{job.id}/cancel")
     assert r.status_code == 409, r.text
     assert f"already {ended}" in r.json()["detail"]

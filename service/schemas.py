@@ -172,3 +172,22 @@ class JobSubmitted(JobOut):
     existing: bool = Field(description="true: an identical job (same kernel, cases, n_trials, "
                                        "sampler, timeout) was already queued or running, and this "
                                        "is that job; false: a new job was queued")
+
+
+class DefinitionIn(BaseModel):
+    """An undeclared kernel as `@kernelsearch.autotune` describes it (kernels.undeclared.Definition):
+    its identity, Triton's tuning key and its configs."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Literal["undeclared"] = "undeclared"
+    name: str = Field(min_length=1, max_length=100, description="module.qualname of the kernel")
+    module: str = Field(min_length=1, max_length=300)
+    qualname: str = Field(min_length=1, max_length=300)
+    arg_names: list[str] = Field(min_length=1, max_length=200)
+    key: list[str] = Field(max_length=64, description="triton.autotune's key: arguments whose values key a record")
+    dtype_args: list[str] = Field(default_factory=list, max_length=200,
+                                  description="tensor arguments whose dtype keys a record")
+    configs: list[dict[str, int | float | str]] = Field(min_length=1, max_length=1000)
+    source_hash: str = Field(min_length=1, max_length=300, description="Triton's JIT cache key, hashed")
+    description: str = Field("", max_length=500)

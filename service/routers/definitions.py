@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException
 
 from .. import schemas
 from ..definitions import DefinitionConflict, register_definition
@@ -16,11 +16,10 @@ router = APIRouter(tags=["kernels"])
 
 @router.post("/v1/kernels", status_code=201, response_model=schemas.KernelOut,
              responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
-def register_kernel(store: StoreDep, body: dict[str, Any] = Body(
-        ..., description="kernels.undeclared.Definition as JSON")) -> Any:
+def register_kernel(body: schemas.DefinitionIn, store: StoreDep) -> Any:
     """Register (or update) an undeclared kernel: its identity, key and configs."""
     try:
-        kdef = register_definition(body)
+        kdef = register_definition(body.model_dump())
     except DefinitionConflict as exc:
         raise HTTPException(409, str(exc)) from None
     except ValueError as exc:

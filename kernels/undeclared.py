@@ -188,7 +188,9 @@ def kernel_def(defn: Definition) -> UndeclaredKernel:
                                     for a in defn.dtype_args
                                     if axes.get(dtype_axis(a), NO_TENSOR) != NO_TENSOR]
                                    or [DTYPE_RTOL[torch.float32]]),
-        space=[dict(c) for c in defn.configs], module=defn.module)
+        # Not the user's module: importing it registers nothing (the decorator defines a kernel at
+        # its first call), and a trial child or worker need not be able to import it.
+        space=[dict(c) for c in defn.configs], module=__name__)
 
 
 def dtype_rtol(dtype: torch.dtype) -> float:

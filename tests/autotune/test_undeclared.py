@@ -342,3 +342,19 @@ def test_a_server_setting_typo_is_no_concern_of_the_decorator(monkeypatch, caplo
     assert opts.fallback is at.Fallback.FIRST
     at.BACKENDS.prepare()
     assert "KS_LEASE_SECONDS" not in caplog.text and "not prepared" not in caplog.text
+
+
+def test_a_registered_definition_asks_no_process_to_import_the_users_module() -> None:
+    """A trial child imports the modules the registry names (plugin_modules): an undeclared
+    kernel's module is the user's program, which a worker or its child may not be able to import
+    (a service that loaded a definition would fail every job's trial runner at start)."""
+    from kernelsearch.service.definitions import register_definition
+
+    doc = {"name": "no_such_pkg.k", "module": "no_such_pkg", "qualname": "k", "arg_names": ["x", "n"],
+           "key": ["n"], "dtype_args": ["x"], "configs": [{"B": 1, "num_warps": 4}],
+           "source_hash": "ab"}
+    register_definition(doc)
+    try:
+        assert "no_such_pkg" not in registry.plugin_modules()
+    finally:
+        registry.unregister("no_such_pkg.k")

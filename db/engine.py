@@ -82,11 +82,18 @@ def _is_memory(url: URL) -> bool:
     return url.database in (None, "", ":memory:") or str(url.database).startswith("file::memory:")
 
 
+# No transaction of this code waits on anything but the database; one idle this long belongs to a
+# process that stopped or lost its network, and the server ends it (its locks go with it).
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 30_000
+
+
 def pg_connect_args(*, statement_timeout_ms: int | None = None,
                     lock_timeout_ms: int | None = None) -> dict[str, Any]:
     """libpq options every PostgreSQL engine gets (the store's and Optuna's): a connect timeout,
     TCP keepalives so a peer that vanished mid-connection is noticed instead of waited on
-    forever, and optionally server-side statement and lock timeouts (the lookup path's bound)."""
+    forever, a server-side end to a transaction left idle (a partitioned worker's open
+    transaction would otherwise hold its row locks, and every other worker behind them, until the
+    partition heals), and optionally statement and lock timeouts (the lookup path's bound)."""
     args: dict[str, Any] = {
         "connect_timeout": PG_CONNECT_TIMEOUT_S,
         "keepalives": 1,
@@ -94,7 +101,7 @@ def pg_connect_args(*, statement_timeout_ms: int | None = None,
         "keepalives_interval": 5,
         "keepalives_count": 3,
     }
-    opts = []
+    opts = [f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"]
     if statement_timeout_ms:
         opts.append(f"-c statement_timeout={int(statement_timeout_ms)}")
     if lock_timeout_ms:

@@ -233,7 +233,7 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
         pytest.fail(f"the tuner never reached a second trial (exit code {exited}); "
                     f"its trials: {seen}")
     before = _evaluated(url, name)
-    time.sleep(3.5)  # past the grace period (3 heartbeats of 1 s)
+    time.sleep(5.0)  # well past the grace period (3 heartbeats of 1 s) on a loaded machine
     res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, runner=runner,
                     space=fake_space(modes=("ok", "slow"), blocks=(16, 32)),
                     options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, heartbeat_s=1))

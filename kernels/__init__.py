@@ -13,7 +13,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .errors import FailureKind, KernelSearchError  # noqa: E402
-from .provider import ConfigProvider, set_provider  # noqa: E402
+from .provider import set_resolver  # noqa: E402
+from .resolve import ConfigSource, Found, Key, Resolver  # noqa: E402
 from .spec import Case, KernelDef, Param  # noqa: E402
 from .registry import (  # noqa: E402
     UnknownKernel, all_kernels, get_kernel, kernel_names, load_plugins, register,
@@ -21,6 +22,7 @@ from .registry import (  # noqa: E402
 
 __all__ = [
     "get_kernel", "kernel_names", "all_kernels", "load_plugins", "register", "UnknownKernel",
-    "KernelDef", "Param", "Case", "ConfigProvider", "set_provider", "FailureKind",
+    "KernelDef", "Param", "Case", "ConfigSource", "Found", "Key", "Resolver", "set_resolver",
+    "FailureKind",
     "KernelSearchError",
 ]

@@ -1,40 +1,41 @@
 """Where a kernel called without `config` gets its tuned config from.
 
-`kernels` knows no database and no HTTP: an upper layer plugs a provider in with
-`set_provider`. A provider that fails or answers nothing never fails the user's call: the
-kernel falls back to its default config.
+`kernels` knows no database and no HTTP: an upper layer plugs a `Resolver` in with
+`set_resolver` (`service.sources.client_resolver`: the local store, then the service). A lookup
+that fails or answers nothing never fails the user's call: the kernel falls back to its default
+config. This module's own policy is a per-process memory of answers, misses included, but never
+an outage (`SourceUnavailable`), so a store that comes back is asked again.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .axes import Axes
+from .resolve import Found, Key, Resolver, SourceUnavailable
+
+if TYPE_CHECKING:
+    from .spec import KernelDef
 
 log = logging.getLogger(__name__)
 
-
-class ProviderUnavailable(Exception):
-    """A provider could not answer now (its store or service is down): never cached as a miss."""
-
-
-class ConfigProvider(Protocol):
-    def best_config(self, kernel: str, axes: Axes, device: str) -> Mapping[str, Any] | None:
-        """The best known config for this shape on this device (exact or nearest), or None."""
-
-
 _lock = threading.Lock()
-_provider: ConfigProvider | None = None
-_cache: dict[tuple, dict[str, Any] | None] = {}
+_resolver: Resolver | None = None
+_cache: dict[Key, dict[str, Any] | None] = {}
 
 
-def set_provider(provider: ConfigProvider | None) -> None:
-    """Plug in (or, with None, remove) the store that answers default-config lookups."""
-    global _provider
+def set_resolver(resolver: Resolver | None) -> None:
+    """Plug in (or, with None, remove) what answers default-config lookups."""
+    global _resolver
     with _lock:
-        _provider = provider
+        _resolver = resolver
         _cache.clear()
+
+
+def current_resolver() -> Resolver | None:
+    with _lock:
+        return _resolver
 
 
 def clear_cache() -> None:
@@ -42,30 +43,31 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def lookup(kernel: str, axes: Axes, device: str) -> dict[str, Any] | None:
-    """Ask the provider once per (kernel, axes, device) per process; never raises."""
-    key = (kernel, tuple(sorted(axes.items())), device)
+def lookup(kernel: KernelDef, axes: Axes, device: str) -> dict[str, Any] | None:
+    """The resolver's config for this kernel, case and device (exact, else the nearest by the
+    kernel's own `distance`), asked once per process; never raises."""
+    key = Key.of(kernel.name, axes, device)
     with _lock:
         if key in _cache:
             return _cache[key]
-        provider = _provider
-    if provider is None:
+        resolver = _resolver
+    if resolver is None:
         return None
     try:
-        got = provider.best_config(kernel, dict(axes), device)
-        cfg = _servable(kernel, got) if got else None
-    except Exception as exc:  # a store that is down must not break a user's call
-        log.warning("config provider failed for %s %s on %s: %s", kernel, dict(axes), device, exc)
-        return None  # not cached: the store may come back
+        found = resolver.resolve(key, near=lambda other: kernel.distance(dict(axes), other))
+        cfg = _servable(kernel, found)
+    except SourceUnavailable as exc:
+        log.warning("no config for %s %s on %s now: %s", kernel.name, dict(axes), device, exc)
+        return None  # not remembered: the store may come back
+    except Exception as exc:  # a broken source must not break a user's call
+        log.warning("config lookup failed for %s %s on %s: %s", kernel.name, dict(axes), device, exc)
+        return None
     with _lock:
         _cache[key] = cfg
     return cfg
 
 
-def _servable(kernel: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored config with the choices the correctness gate never certifies swapped for their
-    safe twins (`KernelDef.off_case`), on its own shape too: a record tuned before the input
-    domain was checked may hold one, and stays current while it is the fastest."""
-    from .registry import get_kernel
-
-    return get_kernel(kernel).for_other_shape(config)
+def _servable(kernel: KernelDef, found: Found | None) -> dict[str, Any] | None:
+    """A found config with the choices the correctness gate never certifies swapped for their
+    safe twins (`KernelDef.off_case`), on its own shape too."""
+    return None if found is None else kernel.for_other_shape(found.config)

@@ -21,42 +21,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from .axes import Axes, AxisValue
+from .configs import (LAUNCH_OPTIONS, config_key, from_triton_config, split_config,  # noqa: F401
+                      to_triton_config)
 from .errors import InvalidConfig
 
 
 Tensors = tuple[torch.Tensor, ...]
-
-# Launch options of triton.Config: passed to the launch, not to the kernel as constexprs.
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """A config's identity: the one canonical text two equal configs share (store keys, caches)."""
-    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
-
-
-def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(meta-parameters, launch options), as `triton.Config(kwargs, num_warps=...)` holds them."""
-    meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
-    launch = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS and v is not None}
-    return meta, launch
-
-
-def from_triton_config(tc: Any) -> dict[str, Any]:
-    """A `triton.Config` as this contract's flat config (launch options Triton leaves unset omitted)."""
-    out = dict(tc.kwargs)
-    for opt in LAUNCH_OPTIONS:
-        v = getattr(tc, opt, None)
-        if v is not None:
-            out[opt] = v
-    return out
-
-
-def to_triton_config(config: Mapping[str, Any]) -> Any:
-    import triton
-
-    meta, launch = split_config(config)
-    return triton.Config(meta, **launch)
 
 
 def params_from_configs(configs: Sequence[Any], *, doc: str = "") -> tuple["Param", ...]:
@@ -356,7 +326,7 @@ class KernelDef:
         from . import provider
         from .device import device_name
 
-        got = provider.lookup(self.name, axes, device_name(torch.device(device)))
+        got = provider.lookup(self, axes, device_name(torch.device(device)))
         if got:
             try:
                 return self.validate_config(got), "record"

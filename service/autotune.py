@@ -40,22 +40,20 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.autotuner import Config
 from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
-from kernelsearch.kernels.spec import (Axis, Case, KernelDef, config_key, configs_rule,
-                                       params_from_configs, source_hash_of, work_distance)
+from kernelsearch.kernels.configs import (LAUNCH_DEFAULTS, LAUNCH_OPTIONS, canonical,
+                                          canonical_key, to_triton_config)
+from kernelsearch.kernels.resolve import Found, Key, Match, Near, Resolver, SourceUnavailable
+from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule, params_from_configs,
+                                       source_hash_of)
 from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, UndeclaredKernel,
                                              dtype_axis, kernel_def, tensor_args, work_of,
                                              written_mismatches)
-
-from .views import case_work_or_none
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import RecordRepository
 
 log = logging.getLogger(__name__)
 
-# triton.Config's launch options, kept apart from the kernel's meta-parameters.
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
 MAX_AXIS = 2**31 - 1
 
 
@@ -128,75 +126,33 @@ class Options:
 
 
 # -- configs as records hold them -------------------------------------------------------------------
-def config_dict(config: Config) -> dict[str, Any]:
-    """A triton.Config as a record's config: meta-parameters plus the launch options it sets."""
-    out = dict(config.kwargs)
-    for name in LAUNCH_OPTIONS:
-        v = getattr(config, name)
-        if name in ("num_warps", "num_stages") or v != _LAUNCH_DEFAULTS[name]:
-            out[name] = v
-    return out
-
-
 def to_triton(config: Mapping[str, Any], meta_names: frozenset[str],
               listed: Sequence[Config] = ()) -> Config | None:
     """A record's config as a triton.Config (the listed one when equal, keeping its pre_hook);
     None when its meta-parameters are not this kernel's (a record of another version)."""
-    meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
-    if set(meta) != set(meta_names):
+    if {k for k in config if k not in LAUNCH_OPTIONS} != set(meta_names):
         return None
-    opts = {k: config.get(k, _LAUNCH_DEFAULTS[k]) for k in LAUNCH_OPTIONS}
-    made = Config(meta, **opts)
-    for c in listed:
-        if c.all_kwargs() == made.all_kwargs():
-            return c
-    return made
+    return to_triton_config(config, listed)
 
 
 # -- where answers come from -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class CaseKey:
-    """A call's key as records are keyed: (kernel, case axes, device)."""
-
-    kernel: str
-    axes: tuple[tuple[str, int], ...]
-    device: str
-
-    @property
-    def axes_dict(self) -> dict[str, int]:
-        return dict(self.axes)
-
-
-@dataclass(frozen=True)
-class Found:
-    config: dict[str, Any]
-    match: str  # "exact" or "nearest"
-    source: Source
-    source_hash: str | None = None
-    # {config_key: median us} of every config measured with the record, where it kept them.
-    timings: Mapping[str, float] | None = None
-
-
 class Backends:
-    """The local store and the service of this process, shared by every decorated kernel.
-
-    A service that does not answer is left alone for `retry_s`; jobs are submitted at most once
-    per key per process."""
+    """The user program's resolver (the local store, then the service: `service.sources`) and its
+    writes, shared by every decorated kernel. The resolver leaves a source that fails alone for
+    `retry_s`; jobs are submitted at most once per key per process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ensure_lock = threading.Lock()
+        self.resolver = Resolver(())
         self._store: RecordRepository | None = None
         self._client: Any = None
         self._made_for: tuple | None = None
-        self._down_until = 0.0
-        self._store_down_until = 0.0
         # Until then, a new key does not wait for its lookup at all (the last one ran out of time).
         self.slow_until = 0.0
-        self._submitted: set[CaseKey] = set()
+        self._submitted: set[Key] = set()
         self._uploading = 0
         self._idle = threading.Condition(self._lock)
-        self._snapshots: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
 
     def _ensure(self) -> None:
         with self._ensure_lock:
@@ -204,25 +160,22 @@ class Backends:
 
     def _ensure_locked(self) -> None:
         from .settings import ClientSettings
+        from .sources import ServiceSource, StoreSource, local_store, service_client
 
         settings = ClientSettings()
         sig = (settings.database_url, settings.service_url)
         with self._lock:
             if sig == self._made_for:
                 return
-            self._down_until = 0.0
-        from .provider import _local_store
-
-        store = _local_store(settings)
-        client = None
-        if settings.service_url:
-            from .client import Client
-
-            token = settings.api_token.get_secret_value() if settings.api_token else None
-            client = Client(settings.service_url, token=token, timeout=settings.provider_timeout_s)
+        store = local_store(settings)
+        client = service_client(settings)
+        sources: list[Any] = [StoreSource(store)] if store is not None else []
+        if client is not None:
+            sources.append(ServiceSource(client))
         with self._lock:
             old = self._client
             self._store, self._client = store, client
+            self.resolver = Resolver(sources, retry_s=settings.autotune_retry_s)
             self._made_for = sig
         if old is not None:
             old.close()
@@ -236,88 +189,32 @@ class Backends:
             log.warning("kernelsearch lookups not prepared: %s", exc)
 
     def reset(self) -> None:
-        """Forget connections and the service's down state (tests; a changed environment)."""
+        """Forget connections and the sources' down state (tests; a changed environment)."""
         with self._lock:
             self._made_for = None
-            self._down_until = self._store_down_until = self.slow_until = 0.0
+            self.slow_until = 0.0
             self._submitted.clear()
-            self._snapshots.clear()
             self._store = self._client = None
+            self.resolver = Resolver(())
 
     def _service_up(self) -> bool:
-        return self._client is not None and time.monotonic() >= self._down_until
+        return self._client is not None and not self.resolver.down("service")
 
     def _service_failed(self, exc: Exception, retry_s: float) -> None:
-        log.warning("kernelsearch service unavailable (%s); not asked again for %g s", exc, retry_s)
-        with self._lock:
-            self._down_until = time.monotonic() + retry_s
+        self.resolver.failed("service", exc, retry_s)
 
-    def _snapshot(self, key: CaseKey) -> dict[tuple, dict[str, Any]]:
-        """Every current record of the kernel on this device, fetched once per process: a
-        program's other shapes are then answered without a request each."""
-        sk = (key.kernel, key.device)
-        with self._lock:
-            got = self._snapshots.get(sk)
-        if got is not None:
-            return got
-        records = self._client.records(kernel=key.kernel, device=key.device)
-        snap = {tuple(sorted(r["case"].items())): r for r in records
-                if isinstance(r.get("case"), dict) and isinstance(r.get("config"), dict)}
-        with self._lock:
-            self._snapshots[sk] = snap
-        return snap
-
-    def lookup(self, key: CaseKey, work: int, opts: Options, fresh: bool = False,
-               kernel_def: KernelDef | None = None) -> Found | None:
-        """Store exact, service exact, then the nearest either knows; None when neither has one.
-        `fresh`: ask the service itself, not this process's snapshot of its records. "Nearest" is
-        the declared kernel's (`kernel_def.distance`), else the bytes' log ratio it is built on."""
+    def lookup(self, key: Key, opts: Options, fresh: bool = False,
+               near: Near | None = None) -> Found | None:
+        """The resolver's answer: exact from the store or the service, else (with `near`, the
+        kernel's own distance) the nearest either knows; None when there is none, or none now.
+        `fresh`: ask the service itself, not this process's snapshot of its records."""
         self._ensure()
-        nearest: Found | None = None
-        if self._store is not None and time.monotonic() >= self._store_down_until:
-            try:
-                kd = kernel_def
-                distance: Callable[[dict[str, Any], float], float] = (
-                    (lambda other, _w: kd.distance(key.axes_dict, other)) if kd is not None
-                    else (lambda _other, w: work_distance(w, work)))
-                got = self._store.find_best(key.kernel, key.device, key.axes_dict, work, distance)
-            except Exception as exc:  # a database that is down must not fail the call
-                log.warning("local store lookup for %s failed (%s); not asked again for %g s",
-                            key.kernel, exc, opts.retry_s)
-                with self._lock:
-                    self._store_down_until = time.monotonic() + opts.retry_s
-                got = None
-            if got is not None:
-                record, match = got
-                found = Found(dict(record.config), match, Source.STORE, record.source_hash,
-                              record.config_timings)
-                if match == "exact":
-                    return found
-                nearest = Found(found.config, "nearest", Source.NEAREST)
-        if self._service_up():
-            from .client import ClientError
+        try:
+            return self.resolver.resolve(key, near=near, fresh=fresh, retry_s=opts.retry_s)
+        except SourceUnavailable:
+            return None
 
-            try:
-                if not fresh:
-                    rec = self._snapshot(key).get(key.axes)
-                    if rec is not None:
-                        return _found(rec, "exact", Source.SERVICE)
-                got = self._client.best(key.kernel, key.device, **key.axes_dict)
-            except ClientError as exc:
-                if not 0 < exc.status < 500:
-                    self._service_failed(exc, opts.retry_s)
-                got = None
-            except Exception as exc:  # anything else from the transport: treat as down
-                self._service_failed(exc, opts.retry_s)
-                got = None
-            if got is not None:
-                match = got.get("match", "exact")
-                if match == "exact":
-                    return _found(got, "exact", Source.SERVICE)
-                nearest = nearest or Found(dict(got["config"]), "nearest", Source.NEAREST)
-        return nearest
-
-    def submit_once(self, key: CaseKey, n_trials: int, opts: Options) -> None:
+    def submit_once(self, key: Key, n_trials: int, opts: Options) -> None:
         """Queue one grid job over the pruned configs for this key (service first, else store)."""
         with self._lock:
             if key in self._submitted:
@@ -380,7 +277,6 @@ class Backends:
                 log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
         return False
 
-
     def upload_in_background(self, record: Any, definition: Mapping[str, Any] | None) -> None:
         """`upload` off the caller's thread; the process waits for it at exit (`drain`)."""
         with self._lock:
@@ -412,13 +308,6 @@ class Backends:
 
 BACKENDS = Backends()
 atexit.register(BACKENDS.drain, 10.0)
-
-
-def _found(rec: Mapping[str, Any], match: str, source: Source) -> Found:
-    """A service's record (an answer of /v1/best or /v1/records) as a Found."""
-    timings = rec.get("config_timings")
-    return Found(dict(rec["config"]), match, source, rec.get("source_hash"),
-                 dict(timings) if isinstance(timings, dict) else None)
 
 
 def _record_json(record: Any) -> dict[str, Any]:
@@ -603,7 +492,7 @@ class Autotuner(TritonAutotuner):
         kdef = self.kernel_def or self.undeclared
         return kdef.name if kdef is not None else self.base_fn.__name__
 
-    def _check_served(self, key: tuple, case: CaseKey, res: Resolution, args: tuple,
+    def _check_served(self, key: tuple, case: Key, res: Resolution, args: tuple,
                       kwargs: dict) -> Resolution | None:
         """An undeclared kernel's served record, held to this decorator: tuned on this code, and
         over this config list. Configs the record never measured are measured here (only those),
@@ -617,10 +506,10 @@ class Autotuner(TritonAutotuner):
                        und.definition.source_hash)
             return None
         pruned = self.prune_configs(kwargs)
-        by_key = {config_key(config_dict(c)): c for c in pruned}
+        by_key = {canonical_key(c): c for c in pruned}
         stored = {k: (math.inf if v is None else float(v))
                   for k, v in (found.timings or {}).items() if k in by_key}
-        winner = config_key(found.config)
+        winner = canonical_key(found.config)
         if winner in by_key and len(stored) == len(by_key):
             return res
         if not stored:
@@ -637,14 +526,20 @@ class Autotuner(TritonAutotuner):
         log.info("%s: measured %d config(s) the served record had not, for key %s", und.name,
                  len(missing), key)
         self._share_undeclared(case, best, timings, args, kwargs)
-        source = res.source if config_key(config_dict(best)) == winner else Source.TUNED_HERE
+        source = res.source if canonical_key(best) == winner else Source.TUNED_HERE
         return Resolution(best, source, provisional=False)
 
-    def _lookup(self, key: tuple, case: CaseKey, opts: Options, kwargs: dict) -> Resolution | None:
-        n_trials = len(self.prune_configs(kwargs))
-        work = (case_work_or_none(self.kernel_def, case.axes_dict) if self.kernel_def is not None
-                else work_of(case.axes_dict)) or 0
+    def _near(self, case: Key) -> Near | None:
+        """The kernel's own "nearest" (`KernelDef.distance`) from this case's axes."""
         kdef = self.kernel_def or self.undeclared
+        if kdef is None:
+            return None
+        axes = case.axes_dict
+        return lambda other: kdef.distance(axes, dict(other))
+
+    def _lookup(self, key: tuple, case: Key, opts: Options, kwargs: dict) -> Resolution | None:
+        n_trials = len(self.prune_configs(kwargs))
+        near = self._near(case)
         # Workers tune an undeclared kernel from a call's capture, which this process does not send.
         submit = opts.submit_jobs and self.kernel_def is not None
         # Imports and clients are local work, bounded whatever the service does: done here, so
@@ -652,8 +547,8 @@ class Autotuner(TritonAutotuner):
         BACKENDS.prepare()
 
         def task() -> Found | None:
-            found = BACKENDS.lookup(case, work, opts, kernel_def=kdef)
-            if submit and (found is None or found.match != "exact"):
+            found = BACKENDS.lookup(case, opts, near=near)
+            if submit and (found is None or found.match is not Match.EXACT):
                 BACKENDS.submit_once(case, n_trials, opts)
             return found
 
@@ -684,8 +579,9 @@ class Autotuner(TritonAutotuner):
             log.info("record for %s does not fit this kernel's meta-parameters: %s",
                      self.kernel_name, found.config)
             return None
-        provisional = found.match != "exact"
-        return Resolution(config, found.source, provisional,
+        provisional = found.match is not Match.EXACT
+        source = Source.NEAREST if provisional else Source(found.source)
+        return Resolution(config, source, provisional,
                           next_check=time.monotonic() + opts.recheck_s, found=found)
 
     def _adopt(self, key: tuple, fut: Future, opts: Options) -> None:
@@ -716,14 +612,11 @@ class Autotuner(TritonAutotuner):
             res.provisional = False  # pinned: nothing to look up, or ranks must not drift apart
             return
         res.pending = True
-        kdef = self.kernel_def or self.undeclared
-        work = (case_work_or_none(self.kernel_def, case.axes_dict) if self.kernel_def is not None
-                else work_of(case.axes_dict)) or 0
-        fut = _in_background(lambda: BACKENDS.lookup(case, work, opts, fresh=True,
-                                                     kernel_def=kdef))
+        near = self._near(case)
+        fut = _in_background(lambda: BACKENDS.lookup(case, opts, fresh=True, near=near))
         fut.add_done_callback(lambda f: self._adopt(key, f, opts))
 
-    def _fallback(self, key: tuple, opts: Options, case: CaseKey | None, args: tuple,
+    def _fallback(self, key: tuple, opts: Options, case: Key | None, args: tuple,
                   kwargs: dict) -> Resolution:
         pruned = self.prune_configs(kwargs)
         if opts.fallback is Fallback.TUNE and len(pruned) > 1:
@@ -763,7 +656,7 @@ class Autotuner(TritonAutotuner):
                   f"finished after {self.bench_time:.2f}s,\nbest config selected: {self.cache[key]};")
         return self.cache[key], cached
 
-    def _share_undeclared(self, case: CaseKey, config: Config, timings: Mapping[Config, Any],
+    def _share_undeclared(self, case: Key, config: Config, timings: Mapping[Config, Any],
                           args: tuple, kwargs: dict) -> None:
         """Share what this process tuned for an undeclared kernel, once the winner writes what
         the first config writes on this call's inputs (every tensor either changes, at its
@@ -773,7 +666,7 @@ class Autotuner(TritonAutotuner):
             return
         first = self.prune_configs(kwargs)[0]
         err = 0.0
-        if config_key(config_dict(config)) != config_key(config_dict(first)):
+        if canonical_key(config) != canonical_key(first):
             try:
                 before, ref, got = (_clone_call(args, kwargs) for _ in range(3))
                 self._run_forced(first, ref[0], ref[1])
@@ -791,7 +684,7 @@ class Autotuner(TritonAutotuner):
         defn = und.definition.as_json()
         BACKENDS.upload_in_background(record, defn)
 
-    def _share(self, case: CaseKey, config: Config, n_trials: int, args: tuple) -> None:
+    def _share(self, case: Key, config: Config, n_trials: int, args: tuple) -> None:
         """Store the config tuned here for everyone, once it passes the same gate and is timed
         the same way (CUPTI, cold L2) as a worker's; otherwise this process alone uses it."""
         from kernelsearch.kernels.check import check_config
@@ -800,7 +693,7 @@ class Autotuner(TritonAutotuner):
         kdef = self.kernel_def
         if kdef is None:
             return
-        cfg = config_dict(config)
+        cfg = canonical(config)
         device = next((a.device for a in args if hasattr(a, "device")), None)
         try:
             checked = check_config(kdef, case.axes_dict, cfg, device=device)
@@ -816,7 +709,7 @@ class Autotuner(TritonAutotuner):
 
     def _from_rank0(self, dist: Any, res: Resolution | None) -> Resolution:
         """Rank 0's resolution, broadcast: every rank runs the same config for the key."""
-        payload: list[Any] = [None if res is None else (config_dict(res.config), res.source.value)]
+        payload: list[Any] = [None if res is None else (canonical(res.config), res.source.value)]
         dist.broadcast_object_list(payload, src=0)
         cfg, source = payload[0]
         config = to_triton(cfg, self._meta_names, self.configs) or self.configs[0]
@@ -861,7 +754,7 @@ class Autotuner(TritonAutotuner):
             self.nargs = outer  # type: ignore[assignment]  # None outside a call, as Triton keeps it
 
     # -- the record key of a call ---------------------------------------------------------------
-    def case_key(self, named: Mapping[str, Any]) -> CaseKey | None:
+    def case_key(self, named: Mapping[str, Any]) -> Key | None:
         """The (kernel, axes, device) a call is looked up under; None when it is not declared,
         or the call's dtypes are not the declaration's."""
         kdef = self.kernel_def
@@ -879,7 +772,7 @@ class Autotuner(TritonAutotuner):
         from kernelsearch.kernels.device import device_name
 
         device = next((t.device for t in named.values() if hasattr(t, "device")), None)
-        return CaseKey(und.name, tuple(sorted(axes.items())), device_name(device))
+        return Key(und.name, tuple(sorted(axes.items())), device_name(device))
 
     def _undeclared_of(self, named: Mapping[str, Any]) -> UndeclaredKernel | None:
         """This kernel's definition when it has no declaration, made once from its first call:
@@ -901,7 +794,7 @@ class Autotuner(TritonAutotuner):
             name=self.kernel_name or f"{module}.{qualname}", module=module, qualname=qualname,
             arg_names=tuple(self.arg_names), key=tuple(k for k in self.keys if k in named),
             dtype_args=tensor_args(named, tuple(self.keys)),
-            configs=tuple(config_dict(c) for c in self.configs), source_hash=source_hash,
+            configs=tuple(canonical(c) for c in self.configs), source_hash=source_hash,
             description=(base.__doc__ or "").strip().split("\n")[0][:200])
         und = kernel_def(defn)
         from kernelsearch.kernels import registry
@@ -1011,7 +904,7 @@ def _tensors(call: tuple[tuple, dict]) -> list[Any]:
     return [*args, *(kwargs[k] for k in sorted(kwargs))]
 
 
-def _undeclared_record(und: UndeclaredKernel, case: CaseKey, config: Config,
+def _undeclared_record(und: UndeclaredKernel, case: Key, config: Config,
                        timings: Mapping[Config, Any], rel_error: float, args: tuple) -> Any:
     """The record of a config tuned here: the winner's timing and every config's median."""
     from kernelsearch.db.views import RecordIn
@@ -1026,13 +919,13 @@ def _undeclared_record(und: UndeclaredKernel, case: CaseKey, config: Config,
         kernel=und.name, axes=case.axes_dict, work=float(work_of(case.axes_dict)),
         device=case.device, device_info=device_info(device), torch_version=v["torch"],
         triton_version=v["triton"], source_hash=und.definition.source_hash,
-        config=config_dict(config), latency_median_us=med * 1e3,
+        config=canonical(config), latency_median_us=med * 1e3,
         latency_min_us=builtins.min(med, p20) * 1e3, latency_max_us=builtins.max(med, p80) * 1e3,
         latency_iqr_us=abs(p80 - p20) * 1e3,
         timing_method="interpreter-wallclock" if interp else "triton-do-bench",
         rel_error=rel_error, n_trials=len(q),
         # A config that failed to build or run here is measured too (None): not measured again.
-        config_timings={config_key(config_dict(c)): (t[0] * 1e3 if math.isfinite(t[0]) else None)
+        config_timings={canonical_key(c): (t[0] * 1e3 if math.isfinite(t[0]) else None)
                         for c, t in q.items()})
 
 
@@ -1095,7 +988,7 @@ class DecoratedKernel(KernelDef):
         """The searched configs, as records hold them, in the decorator's order (`space`)."""
         return tuple(dict(c) for c in self.space)
 
-    def case_key_of(self, named: Mapping[str, Any]) -> CaseKey | None:
+    def case_key_of(self, named: Mapping[str, Any]) -> Key | None:
         from kernelsearch.kernels.device import device_name
 
         axes: dict[str, Any] = {}
@@ -1116,7 +1009,7 @@ class DecoratedKernel(KernelDef):
             if getattr(t, "dtype", None) != dtype:
                 return None
         device = next((t.device for t in named.values() if hasattr(t, "device")), None)
-        return CaseKey(self.name, tuple(sorted(axes.items())), device_name(device))
+        return Key(self.name, tuple(sorted(axes.items())), device_name(device))
 
     def configs_for_case(self, axes: Mapping[str, int]) -> list[dict[str, Any]]:
         """The space of one case: the configs the decorator's pruning keeps for its inputs."""
@@ -1130,8 +1023,8 @@ class DecoratedKernel(KernelDef):
             pruned = tuner.prune_configs(extra)
         finally:
             tuner.nargs = None
-        keep = {tuple(sorted(config_dict(c).items())) for c in pruned}
-        out = [dict(c) for c in self.space_configs if tuple(sorted(c.items())) in keep]
+        keep = {canonical_key(c) for c in pruned}
+        out = [dict(c) for c in self.space_configs if canonical_key(c) in keep]
         return out or [dict(c) for c in self.space_configs]
 
     def named_args_for(self, axes: Mapping[str, int]) -> dict[str, Any]:
@@ -1147,7 +1040,7 @@ class DecoratedKernel(KernelDef):
                 return dict(got.args[0])
         raise RuntimeError(f"{self.name}: the declared launch did not call the kernel")
 
-    def record_of(self, case: CaseKey, config: Mapping[str, Any], timing: Any, checked: Any,
+    def record_of(self, case: Key, config: Mapping[str, Any], timing: Any, checked: Any,
                   n_trials: int, device: Any) -> Any:
         """A record of a config tuned in a user's process: gated and timed as a worker's."""
         from kernelsearch.db.store import RecordIn
@@ -1231,13 +1124,13 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
                                choices=tuple(str(d).removeprefix("torch.") for d in dt)),)
         else:
             fixed_dtypes[arg] = dt
-    space = [config_dict(c) for c in (search_space or tuner.configs)]
+    space = [canonical(c) for c in (search_space or tuner.configs)]
     if not space:
         raise ValueError("search_space: give at least one triton.Config")
     # Every config names the same launch options, so that the kernel's validated (complete)
     # form of a config is the listed one.
     opts = [o for o in LAUNCH_OPTIONS if any(o in c for c in space)]
-    space = [{**c, **{o: c.get(o, _LAUNCH_DEFAULTS[o]) for o in opts}} for c in space]
+    space = [{**c, **{o: c.get(o, LAUNCH_DEFAULTS[o]) for o in opts}} for c in space]
     module = module or sys._getframe(1).f_globals.get("__name__", launch.__module__)
     first = tuner.configs[0]
     ref_fn = reference or tuner.reference
@@ -1254,7 +1147,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
         return outs
 
     def first_config_reference(*inputs: Any) -> tuple:
-        outs = kd_launch(*[t.clone() for t in inputs], config=config_dict(first))
+        outs = kd_launch(*[t.clone() for t in inputs], config=canonical(first))
         return tuple(o.double() for o in outs)
 
     def kd_reference(*inputs: Any) -> tuple:

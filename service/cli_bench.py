@@ -52,7 +52,7 @@ def bench(
                                          help="also time the kernel's default config in the same run"),
 ) -> None:
     """Time each case: eager reference, torch.compile, Triton (given or best config), roofline."""
-    from kernelsearch.kernels import all_kernels, get_kernel, set_provider
+    from kernelsearch.kernels import all_kernels, get_kernel, set_resolver
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kernelsearch.kernels.bench import bench_cases, dump, format_table, plot
@@ -87,7 +87,7 @@ def bench(
                                      param_hint="--plot") from None
     n = n if n is not None else default_repeats()
     if default or cfg is not None:
-        set_provider(None)
+        set_resolver(None)
     else:
         from .provider import install_default_provider
         from .settings import get_settings

@@ -102,6 +102,7 @@ class Client:
                  *, transport: httpx.BaseTransport | None = None) -> None:
         if not base_url:
             raise ValueError("base_url: give the service's address, e.g. http://127.0.0.1:8000")
+        self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
                                   transport=transport)

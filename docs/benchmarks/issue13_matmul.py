@@ -120,12 +120,12 @@ def cmd_run(args: argparse.Namespace) -> None:
         outs = [launch(tuned, a, b) for a, b in inputs]
         sync()
         wall = time.perf_counter() - t0
-        from kernelsearch.service.autotune import config_dict
+        from kernelsearch.kernels.configs import canonical as config_dict
 
         for key, cfg in tuned.cache.items():
             picks[label(tuple(key[:3]))] = config_dict(cfg)
     elif args.mode == "ks":
-        from kernelsearch.service.autotune import config_dict
+        from kernelsearch.kernels.configs import canonical as config_dict
 
         t0 = time.perf_counter()
         outs = [ex.matmul(a, b) for a, b in inputs]

@@ -22,16 +22,16 @@ _LAZY = {
     "Param": ("kernelsearch.kernels.spec", "Param"),
     "Axis": ("kernelsearch.kernels.spec", "Axis"),
     "Case": ("kernelsearch.kernels.spec", "Case"),
-    "LAUNCH_OPTIONS": ("kernelsearch.kernels.spec", "LAUNCH_OPTIONS"),
-    "split_config": ("kernelsearch.kernels.spec", "split_config"),
-    "config_key": ("kernelsearch.kernels.spec", "config_key"),
+    "LAUNCH_OPTIONS": ("kernelsearch.kernels.configs", "LAUNCH_OPTIONS"),
+    "split_config": ("kernelsearch.kernels.configs", "split_config"),
+    "config_key": ("kernelsearch.kernels.configs", "config_key"),
     "params_from_configs": ("kernelsearch.kernels.spec", "params_from_configs"),
     "configs_rule": ("kernelsearch.kernels.spec", "configs_rule"),
     "cases_from_rows": ("kernelsearch.kernels.spec", "cases_from_rows"),
     "load_cases": ("kernelsearch.kernels.spec", "load_cases"),
     "check_tensor": ("kernelsearch.kernels.spec", "check_tensor"),
-    "from_triton_config": ("kernelsearch.kernels.spec", "from_triton_config"),
-    "to_triton_config": ("kernelsearch.kernels.spec", "to_triton_config"),
+    "from_triton_config": ("kernelsearch.kernels.configs", "from_triton_config"),
+    "to_triton_config": ("kernelsearch.kernels.configs", "to_triton_config"),
 }
 
 __all__ = sorted(_LAZY)

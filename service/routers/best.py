@@ -16,14 +16,16 @@ from fastapi.responses import Response
 
 from kernelsearch import kernels
 from kernelsearch.db import errors as dberr
+from kernelsearch.kernels.resolve import Key, Resolver, SourceUnavailable
 
 from .. import errors, schemas
 from ..deps import (BestCacheDep, LookupPoolDep, LookupStore, LookupStoreDep, MetricsDep,
                     SettingsDep)
 from ..errors import query_error
 from ..lookups import HIT_WAIT_S, bounded
+from ..sources import StoreSource
 from ..strict_input import AxisError, parse_case_axes
-from ..views import case_work, current_versions, dumps, record_json
+from ..views import current_versions, dumps, record_json
 from .common import ERRORS, check_text, kernel_or_404
 
 log = logging.getLogger(__name__)
@@ -154,14 +156,14 @@ def lookup(store: LookupStore, q: BestQuery, max_ratio: float) -> tuple[int, byt
     """(status, body, match) for the cache: the record's JSON with its distance, or a 404 that
     says why and names the devices with records of this kernel."""
     k = kernels.get_kernel(q.kernel)
-    if q.match == "exact":
-        def distance(other: dict[str, Any], _w: float) -> float:
-            return math.inf  # only the exact case, which find_best tries first
-    else:
-        def distance(other: dict[str, Any], _w: float) -> float:
-            return k.distance(q.axes, other)
-    found = store.find_best(q.kernel, q.device, dict(q.axes), case_work(k, q.axes),
-                            distance=distance)
+    near = None if q.match == "exact" else (lambda other: k.distance(q.axes, dict(other)))
+    # One source, the database this app reads, asked anew on each miss of the route's cache.
+    resolver = Resolver([StoreSource(store)], retry_s=0.0)
+    try:
+        got = resolver.resolve(Key.of(q.kernel, q.axes, q.device), near=near)
+    except SourceUnavailable as exc:
+        raise _store_error(exc) from None
+    found = None if got is None else (got.record, got.match.value)
     far = ""
     if found is not None and found[1] != "exact":
         d = k.distance(q.axes, found[0].axes)
@@ -186,6 +188,13 @@ def lookup(store: LookupStore, q: BestQuery, max_ratio: float) -> tuple[int, byt
     if q.ignored:
         out["ignored_axes"] = list(q.ignored)
     return 200, dumps(out), match
+
+
+def _store_error(exc: BaseException) -> BaseException:
+    """The database's own error under a source's `SourceUnavailable` (it says 503 and why)."""
+    while isinstance(exc, SourceUnavailable) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc if isinstance(exc, dberr.StoreError) else dberr.StoreUnavailable(str(exc))
 
 
 def _axes_text(axes: dict[str, Any]) -> str:

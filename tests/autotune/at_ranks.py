@@ -14,7 +14,7 @@ def rank_main(rank: int, init: str, dbs: list, out: str) -> None:
     import torch
     from ks_at_helpers import accumulate, accumulate_kernel
 
-    from kernelsearch.service.autotune import config_dict
+    from kernelsearch.kernels.configs import canonical as config_dict
 
     accumulate(torch.randn(100))
     (source,) = accumulate_kernel.sources.values()

@@ -10,7 +10,7 @@ import time
 import torch
 from ks_matmul_example import matmul, matmul_kernel
 
-from kernelsearch.service.autotune import config_dict
+from kernelsearch.kernels.configs import canonical as config_dict
 
 M, N, K = (int(v) for v in sys.argv[1:4])
 gen = torch.Generator().manual_seed(0)

@@ -12,6 +12,7 @@ from kernelsearch.kernels import provider
 from kernelsearch.kernels.check import InputCache, check_config, rel_error
 from kernelsearch.kernels.errors import FailureKind, InvalidConfig, WrongResult, classify
 from kernelsearch.kernels.measure import WALLCLOCK, Timing, time_call
+from kernelsearch.kernels.resolve import Found, Match, Resolver, SourceUnavailable
 
 ON_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU; a covering subset runs under the interpreter")
@@ -249,29 +250,40 @@ def test_config_keyword_validated(kdef, small_axes):
         kdef(*inputs, config={"BOGUS": 1})
 
 
-class _Provider:
+class _Source:
+    """A `ConfigSource` answering one config for every key (exact), or failing."""
+
+    name = "test"
+
     def __init__(self, answer=None, fail=False):
         self.answer, self.fail, self.calls = answer, fail, 0
 
-    def best_config(self, kernel, axes, device):
+    def get(self, key, near, fresh):
         self.calls += 1
         if self.fail:
-            raise ConnectionError("store down")
-        return self.answer
+            raise SourceUnavailable("store down")
+        return None if self.answer is None else Found(dict(self.answer), Match.EXACT, self.name)
+
+    def known(self, key, near):
+        return None
+
+
+def _resolver(source):
+    return Resolver([source], retry_s=0.0)
 
 
 @pytest.fixture
 def restore_provider():
     yield
-    provider.set_provider(None)
+    provider.set_resolver(None)
 
 
 def test_provider_config_used_and_cached(kdef, small_axes, restore_provider, sample_configs):
     axes = small_axes[0]
     inputs = kdef.make_inputs(axes, seed=2)
     cfg = next(c for c in sample_configs(kdef, n=4, seed=0) if c != kdef.default_config)
-    p = _Provider(answer=cfg)
-    provider.set_provider(p)
+    p = _Source(answer=cfg)
+    provider.set_resolver(_resolver(p))
     assert kdef.resolve_config(kdef.axes_of(*inputs), inputs[0].device) == kdef.validate_config(cfg)
     kdef(*inputs)
     kdef(*inputs)
@@ -280,11 +292,11 @@ def test_provider_config_used_and_cached(kdef, small_axes, restore_provider, sam
 
 def test_provider_failure_falls_back(kdef, small_axes, restore_provider):
     inputs = kdef.make_inputs(small_axes[0], seed=2)
-    provider.set_provider(_Provider(fail=True))
+    provider.set_resolver(_resolver(_Source(fail=True)))
     assert kdef.resolve_config(kdef.axes_of(*inputs), inputs[0].device) == kdef.default_config
     out = kdef(*inputs)
     assert out is not None
-    provider.set_provider(_Provider(answer={"BOGUS": 1}))
+    provider.set_resolver(_resolver(_Source(answer={"BOGUS": 1})))
     assert kdef.resolve_config(kdef.axes_of(*inputs), inputs[0].device) == kdef.default_config
 
 

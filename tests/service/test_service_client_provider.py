@@ -1,4 +1,5 @@
-"""The Python client and the config providers against a real server, and with it gone."""
+"""The Python client, and the sources and resolver of `get_kernel`, against a real server and
+with it gone."""
 from __future__ import annotations
 
 import time
@@ -15,13 +16,26 @@ from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.service.api import create_app
 from kernelsearch.service.client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
                             TooManyRequests, Unauthorized)
-from kernelsearch.service.provider import ServiceProvider, StoreProvider, install_default_provider
+from kernelsearch.kernels.resolve import Key, Match, Resolver, SourceUnavailable
+from kernelsearch.service.provider import install_default_provider
+from kernelsearch.service.sources import ServiceSource, StoreSource
 
 
 @pytest.fixture(autouse=True)
 def _no_provider() -> Iterator[None]:
     yield
-    kernels.set_provider(None)
+    kernels.set_resolver(None)
+
+
+def _near(axes):
+    kdef = kernels.get_kernel(KB)
+    return lambda other: kdef.distance(axes, other)
+
+
+def _config(resolver: Resolver, axes, device=H200):
+    """What get_kernel's lookup would run: the resolver's answer with the kernel's own nearest."""
+    got = resolver.resolve(Key.of(KB, axes, device), near=_near(axes))
+    return None if got is None else kernels.get_kernel(KB).for_other_shape(got.config)
 
 
 @pytest.fixture
@@ -76,32 +90,58 @@ def test_client_service_unreachable() -> None:
             c.best(KB, H200, seq_len=1)
 
 
-def test_service_provider_answers_and_survives_an_outage(server: LiveServer) -> None:
-    p = ServiceProvider(server.url, timeout=10)  # a loaded CI machine answers slowly
-    assert p.best_config(KB, {"seq_len": 128}, H200) == {"ROWS": 2}
-    assert p.best_config(KB, {"seq_len": 100}, H200) == {"ROWS": 2}  # the service's nearest
-    assert p.best_config(KB, {"seq_len": 128}, "NVIDIA B200") is None
+def test_service_source_answers_and_survives_an_outage(server: LiveServer) -> None:
+    p = Resolver([ServiceSource(Client(server.url, timeout=10))])  # a loaded CI machine is slow
+    assert _config(p, {"seq_len": 128}) == {"ROWS": 2}
+    assert _config(p, {"seq_len": 100}) == {"ROWS": 2}  # the service's nearest
+    assert _config(p, {"seq_len": 128}, "NVIDIA B200") is None
     server.stop()
     t0 = time.monotonic()
     # Down: the nearest among the records it learnt, without a network wait after the first.
-    assert p.best_config(KB, {"seq_len": 3000}, H200) == {"ROWS": 8}
-    assert p.best_config(KB, {"seq_len": 128}, H200) == {"ROWS": 2}
+    assert _config(p, {"seq_len": 3000}) == {"ROWS": 8}
+    assert p.down("service")
+    assert _config(p, {"seq_len": 128}) == {"ROWS": 2}
     # Nothing known while down: unavailable, not "no record" (never cached as a miss).
-    with pytest.raises(kprovider.ProviderUnavailable):
-        p.best_config(KB, {"seq_len": 1}, "NVIDIA B200")
+    with pytest.raises(SourceUnavailable):
+        _config(p, {"seq_len": 1}, "NVIDIA B200")
     assert time.monotonic() - t0 < 5
-    p.close()
+    p.sources[0].close()
 
 
-def test_store_provider(sqlite_store: Store) -> None:
+def test_store_source(sqlite_store: Store) -> None:
     sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4}))
-    p = StoreProvider(sqlite_store)
-    assert p.best_config(KB, {"seq_len": 64}, H200) == {"ROWS": 4}
-    assert p.best_config(KB, {"seq_len": 70}, H200) == {"ROWS": 4}
-    assert p.best_config(KB, {"seq_len": 64}, "other") is None
-    broken = StoreProvider(Store(f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/x"))
-    with pytest.raises(Exception):
-        broken.best_config(KB, {"seq_len": 64}, H200)
+    p = Resolver([StoreSource(sqlite_store)])
+    assert _config(p, {"seq_len": 64}) == {"ROWS": 4}
+    got = p.resolve(Key.of(KB, {"seq_len": 70}, H200), near=_near({"seq_len": 70}))
+    assert got is not None and got.match is Match.NEAREST and got.config == {"ROWS": 4}
+    assert got.axes == {"seq_len": 64} and got.distance > 0
+    assert _config(p, {"seq_len": 64}, "other") is None
+    # Without a `near`, no nearest answer.
+    assert p.resolve(Key.of(KB, {"seq_len": 70}, H200)) is None
+    broken = Resolver([StoreSource(Store(f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/x"))])
+    with pytest.raises(SourceUnavailable):
+        _config(broken, {"seq_len": 64})
+
+
+def test_the_store_answers_before_the_service(tmp_path, server: LiveServer) -> None:
+    """One chain, one order: the local store's exact record wins over the service's, and the
+    service's exact record over the store's nearest."""
+    from kernelsearch.db.engine import upgrade
+
+    url = f"sqlite:///{tmp_path / 'local.db'}"
+    upgrade(url)
+    local = Store(url)
+    local.upsert_best(record(KB, {"seq_len": 128}, 9.0, config={"ROWS": 16}))
+    p = Resolver([StoreSource(local), ServiceSource(Client(server.url, timeout=10))])
+    try:
+        got = p.resolve(Key.of(KB, {"seq_len": 128}, H200), near=_near({"seq_len": 128}))
+        assert got is not None and got.source == "store" and got.config == {"ROWS": 16}
+        got = p.resolve(Key.of(KB, {"seq_len": 4096}, H200), near=_near({"seq_len": 4096}))
+        assert got is not None and got.source == "service" and got.match is Match.EXACT
+        assert got.config == {"ROWS": 8}
+    finally:
+        p.sources[1].close()
+        local.close()
 
 
 def test_a_store_blip_on_the_get_kernel_path_is_not_cached_as_a_miss(sqlite_store: Store) -> None:
@@ -119,12 +159,13 @@ def test_a_store_blip_on_the_get_kernel_path_is_not_cached_as_a_miss(sqlite_stor
                 raise ConnectionError("server closed the connection unexpectedly")
             return self.store.find_best(*a, **k)
 
-    kprovider.set_provider(StoreProvider(Blip(sqlite_store)))  # type: ignore[arg-type]
+    kprovider.set_resolver(Resolver([StoreSource(Blip(sqlite_store))], retry_s=0.0))  # type: ignore[arg-type]
+    kdef = kernels.get_kernel(KB)
     try:
-        assert kprovider.lookup(KB, {"seq_len": 64}, H200) is None
-        assert kprovider.lookup(KB, {"seq_len": 64}, H200) == {"ROWS": 4}
+        assert kprovider.lookup(kdef, {"seq_len": 64}, H200) is None
+        assert kprovider.lookup(kdef, {"seq_len": 64}, H200) == {"ROWS": 4}
     finally:
-        kprovider.set_provider(None)
+        kprovider.set_resolver(None)
 
 
 def test_a_fast_sin_cos_is_kept_only_for_the_case_it_was_checked_on(sqlite_store: Store) -> None:
@@ -132,18 +173,18 @@ def test_a_fast_sin_cos_is_kept_only_for_the_case_it_was_checked_on(sqlite_store
     from the store, from the service and from what the service taught while it is down."""
     fast = {"ROWS": 1, "TRIG": "approx"}
     sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=fast))
-    local = StoreProvider(sqlite_store)
-    assert local.best_config(KB, {"seq_len": 256}, H200) == fast
-    assert local.best_config(KB, {"seq_len": 3000}, H200) == {"ROWS": 1, "TRIG": "approx_rr"}
+    local = Resolver([StoreSource(sqlite_store)])
+    assert _config(local, {"seq_len": 256}) == {"ROWS": 1, "TRIG": "approx_rr"}
+    assert _config(local, {"seq_len": 3000}) == {"ROWS": 1, "TRIG": "approx_rr"}
     app = create_app(settings_for(sqlite_store.url), store=sqlite_store)
     with LiveServer(app) as s:
-        remote = ServiceProvider(s.url, timeout=2)
-        assert remote.best_config(KB, {"seq_len": 256}, H200) == fast
-        assert remote.best_config(KB, {"seq_len": 3000}, H200)["TRIG"] == "approx_rr"
+        remote = Resolver([ServiceSource(Client(s.url, timeout=2))])
+        got = remote.resolve(Key.of(KB, {"seq_len": 256}, H200), near=_near({"seq_len": 256}))
+        assert got is not None and got.config == fast
+        assert _config(remote, {"seq_len": 3000})["TRIG"] == "approx_rr"
         s.stop()
-        assert remote.best_config(KB, {"seq_len": 256}, H200) == fast
-        assert remote.best_config(KB, {"seq_len": 2000}, H200)["TRIG"] == "approx_rr"
-        remote.close()
+        assert _config(remote, {"seq_len": 2000})["TRIG"] == "approx_rr"
+        remote.sources[0].close()
 
 
 def _kernel_b_inputs(seq_len: int) -> tuple[torch.Tensor, ...]:
@@ -161,13 +202,13 @@ def test_kernel_call_never_fails_with_the_service_down(sqlite_url: str) -> None:
     settings = settings_for(sqlite_url, service_url=f"http://127.0.0.1:{free_port()}",
                             provider_timeout_s=0.3)
     p = install_default_provider(settings)
-    assert isinstance(p, ServiceProvider) and isinstance(p.fallback, StoreProvider)
+    assert p is not None and [src.name for src in p.sources] == ["store", "service"]
     inputs = _kernel_b_inputs(2)
     outs = kernels.get_kernel("vision_rope3d_spatial_merge_bwd")(*inputs)
     ref = kernels.get_kernel(KB).reference(*inputs)
     for got, want in zip(outs, ref):
         assert torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-5)
-    cfg = kprovider.lookup(KB, {"seq_len": 2}, INTERPRETER_DEVICE)
+    cfg = kprovider.lookup(kernels.get_kernel(KB), {"seq_len": 2}, INTERPRETER_DEVICE)
     assert cfg == {"ROWS": 2, "HEADS": 8}
     local.close()
 
@@ -176,15 +217,16 @@ def test_kernel_call_with_nothing_reachable_uses_the_default(tmp_path) -> None:
     settings = settings_for(f"sqlite:///{tmp_path / 'absent.db'}",
                             service_url=f"http://127.0.0.1:{free_port()}", provider_timeout_s=0.3)
     p = install_default_provider(settings)
-    assert p.fallback is None and not (tmp_path / "absent.db").exists()
+    assert p is not None and [src.name for src in p.sources] == ["service"]
+    assert not (tmp_path / "absent.db").exists()
     outs = kernels.get_kernel("vision_rope3d_spatial_merge_bwd")(*_kernel_b_inputs(1))
     assert outs[0].shape == (1, 16, 128)
-    assert kprovider.lookup(KB, {"seq_len": 1}, INTERPRETER_DEVICE) is None
+    assert kprovider.lookup(kernels.get_kernel(KB), {"seq_len": 1}, INTERPRETER_DEVICE) is None
 
 
 def test_which_config_says_what_a_get_kernel_call_runs(sqlite_store: Store) -> None:
     kdef = kernels.get_kernel(KB)
-    kprovider.set_provider(StoreProvider(sqlite_store))
+    kprovider.set_resolver(Resolver([StoreSource(sqlite_store)]))
     try:
         assert kdef.which_config({"seq_len": 64}, "cpu") == (kdef.default_config, "default")
         sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, device=INTERPRETER_DEVICE,
@@ -193,4 +235,4 @@ def test_which_config_says_what_a_get_kernel_call_runs(sqlite_store: Store) -> N
         config, source = kdef.which_config({"seq_len": 64}, "cpu")
         assert source == "record" and (config["ROWS"], config["HEADS"]) == (2, 8)
     finally:
-        kprovider.set_provider(None)
+        kprovider.set_resolver(None)

@@ -310,6 +310,101 @@ BACKENDS = Backends()
 atexit.register(BACKENDS.drain, 10.0)
 
 
+class SourceIdentityError(Exception):
+    """A kernel whose source cannot be read has no identity to share a record under."""
+
+
+def undeclared_kernel(tuner: TritonAutotuner, named: Mapping[str, Any],
+                      name: str | None = None) -> UndeclaredKernel:
+    """The definition of any Triton autotuned kernel, from a call's named arguments: identity
+    (module, qualified name, Triton's JIT cache key), key and dtype arguments; registered, so that
+    the store and the service can gate its records (a declared kernel of that name stays)."""
+    base = tuner.base_fn
+    try:
+        source_hash = source_hash_of([_jit_of(tuner)])
+    except Exception as exc:
+        raise SourceIdentityError(str(exc)) from exc
+    module, qualname = base.__module__, base.__qualname__
+    if module == "__main__":  # a script: named by its file, as `python -m` would import it
+        module = os.path.splitext(os.path.basename(base.__code__.co_filename))[0]
+    defn = Definition(
+        name=name or f"{module}.{qualname}", module=module, qualname=qualname,
+        arg_names=tuple(tuner.arg_names), key=tuple(k for k in tuner.keys if k in named),
+        dtype_args=tensor_args(named, tuple(tuner.keys)),
+        configs=tuple(canonical(c) for c in tuner.configs), source_hash=source_hash,
+        description=(base.__doc__ or "").strip().split("\n")[0][:200])
+    und = kernel_def(defn)
+    from kernelsearch.kernels import registry
+
+    try:
+        current = registry.get_kernel(und.name)
+    except KeyError:
+        current = None
+    if current is None or isinstance(current, UndeclaredKernel):
+        registry.register(und, replace=True)
+    return und
+
+
+def undeclared_key(und: UndeclaredKernel, named: Mapping[str, Any]) -> Key | None:
+    """A call's key: Triton's tuning key as axes, on the device of its tensors."""
+    axes = und.definition.case_axes(named)
+    if axes is None:
+        return None
+    from kernelsearch.kernels.device import device_name
+
+    device = next((t.device for t in named.values() if hasattr(t, "device")), None)
+    return Key.of(und.name, axes, device_name(device))
+
+
+def run_config(tuner: TritonAutotuner, config: Config, args: tuple, kwargs: dict) -> Any:
+    """One launch of `config` as Triton's benchmark runs a candidate: its hooks around it."""
+    outer = getattr(tuner, "nargs", None)
+    tuner.nargs = dict(zip(tuner.arg_names, args))
+    current = dict(kwargs, **config.all_kwargs())
+    full = {**tuner.nargs, **current}
+    try:
+        if config.pre_hook:
+            config.pre_hook(full)
+        tuner.pre_hook(full)
+        try:
+            ret = tuner.fn.run(*args, **current)
+        except Exception as exc:
+            tuner.post_hook(full, exception=exc)
+            raise
+        tuner.post_hook(full, exception=None)
+        return ret
+    finally:
+        tuner.nargs = outer  # type: ignore[assignment]  # None outside a call, as Triton keeps it
+
+
+def share_tuned(tuner: TritonAutotuner, und: UndeclaredKernel, case: Key, config: Config,
+                timings: Mapping[Config, Any], args: tuple, kwargs: dict,
+                run: Callable[[Config, tuple, dict], Any] | None = None) -> bool:
+    """Share what this process tuned for an undeclared kernel, once the winner writes what the
+    first config writes on this call's inputs (every tensor either changes, at its dtype's
+    tolerance); the upload runs in the background. False when it is not shared."""
+    launch = run or (lambda c, a, k: run_config(tuner, c, a, k))
+    first = tuner.prune_configs(kwargs)[0]
+    err = 0.0
+    if canonical_key(config) != canonical_key(first):
+        try:
+            before, ref, got = (_clone_call(args, kwargs) for _ in range(3))
+            launch(first, ref[0], ref[1])
+            launch(config, got[0], got[1])
+        except Exception as exc:
+            log.warning("%s: the config tuned here could not be checked (%s); not shared",
+                        und.name, exc)
+            return False
+        err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got))
+        if bad:
+            log.warning("%s: the config tuned here (%s) does not write what the first config "
+                        "writes (%s); used here, not shared", und.name, config, "; ".join(bad))
+            return False
+    record = _undeclared_record(und, case, config, timings, err, args)
+    BACKENDS.upload_in_background(record, und.definition.as_json())
+    return True
+
+
 def _record_json(record: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
@@ -658,31 +753,10 @@ class Autotuner(TritonAutotuner):
 
     def _share_undeclared(self, case: Key, config: Config, timings: Mapping[Config, Any],
                           args: tuple, kwargs: dict) -> None:
-        """Share what this process tuned for an undeclared kernel, once the winner writes what
-        the first config writes on this call's inputs (every tensor either changes, at its
-        dtype's tolerance); the upload runs in the background."""
-        und = self.undeclared
-        if und is None:
-            return
-        first = self.prune_configs(kwargs)[0]
-        err = 0.0
-        if canonical_key(config) != canonical_key(first):
-            try:
-                before, ref, got = (_clone_call(args, kwargs) for _ in range(3))
-                self._run_forced(first, ref[0], ref[1])
-                self._run_forced(config, got[0], got[1])
-            except Exception as exc:
-                log.warning("%s: the config tuned here could not be checked (%s); not shared",
-                            und.name, exc)
-                return
-            err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got))
-            if bad:
-                log.warning("%s: the config tuned here (%s) does not write what the first config "
-                            "writes (%s); used here, not shared", und.name, config, "; ".join(bad))
-                return
-        record = _undeclared_record(und, case, config, timings, err, args)
-        defn = und.definition.as_json()
-        BACKENDS.upload_in_background(record, defn)
+        """Share what this process tuned for an undeclared kernel (`share_tuned`)."""
+        if self.undeclared is not None:
+            share_tuned(self, self.undeclared, case, config, timings, args, kwargs,
+                        run=self._run_forced)
 
     def _share(self, case: Key, config: Config, n_trials: int, args: tuple) -> None:
         """Store the config tuned here for everyone, once it passes the same gate and is timed
@@ -766,47 +840,17 @@ class Autotuner(TritonAutotuner):
                            [a.name for a in kdef.axes], dict(kdef.dtypes))
             return case
         und = self._undeclared_of(named)
-        axes = und.definition.case_axes(named) if und is not None else None
-        if und is None or axes is None:
-            return None
-        from kernelsearch.kernels.device import device_name
-
-        device = next((t.device for t in named.values() if hasattr(t, "device")), None)
-        return Key(und.name, tuple(sorted(axes.items())), device_name(device))
+        return None if und is None else undeclared_key(und, named)
 
     def _undeclared_of(self, named: Mapping[str, Any]) -> UndeclaredKernel | None:
-        """This kernel's definition when it has no declaration, made once from its first call:
-        identity (module, qualified name, Triton's JIT cache key), key and dtype arguments."""
-        if self.undeclared is not None:
-            return self.undeclared
-        base = self.base_fn
-        jit = _jit_of(self)
-        try:
-            source_hash = source_hash_of([jit])
-        except Exception as exc:  # a kernel whose source cannot be read: tuned here only
-            self._tell("identity", logging.INFO, "%s: no source identity (%s); tuned here as "
-                       "triton.autotune would, not shared", base.__name__, exc)
-            return None
-        module, qualname = base.__module__, base.__qualname__
-        if module == "__main__":  # a script: named by its file, as `python -m` would import it
-            module = os.path.splitext(os.path.basename(base.__code__.co_filename))[0]
-        defn = Definition(
-            name=self.kernel_name or f"{module}.{qualname}", module=module, qualname=qualname,
-            arg_names=tuple(self.arg_names), key=tuple(k for k in self.keys if k in named),
-            dtype_args=tensor_args(named, tuple(self.keys)),
-            configs=tuple(canonical(c) for c in self.configs), source_hash=source_hash,
-            description=(base.__doc__ or "").strip().split("\n")[0][:200])
-        und = kernel_def(defn)
-        from kernelsearch.kernels import registry
-
-        try:
-            current = registry.get_kernel(und.name)
-        except KeyError:
-            current = None
-        if current is None or isinstance(current, UndeclaredKernel):
-            registry.register(und, replace=True)
-        self.undeclared = und
-        return und
+        """This kernel's definition when it has no declaration, made once from its first call."""
+        if self.undeclared is None:
+            try:
+                self.undeclared = undeclared_kernel(self, named, self.kernel_name)
+            except SourceIdentityError as exc:
+                self._tell("identity", logging.INFO, "%s: no source identity (%s); tuned here as "
+                           "triton.autotune would, not shared", self.base_fn.__name__, exc)
+        return self.undeclared
 
     def _tell(self, what: str, level: int, msg: str, *args: Any) -> None:
         """Log a message once per kernel (the first miss, a record of other code, ...)."""

@@ -1,0 +1,197 @@
+"""Triton's own autotune cache, served by kernelsearch: code that keeps `@triton.autotune` with
+`cache_results=True` (or runs with `TRITON_CACHE_AUTOTUNING=1`) needs one environment variable,
+
+    TRITON_CACHE_MANAGER=kernelsearch.triton_cache:AutotuneCacheManager
+
+and a host that has never seen a kernel runs no benchmark for a key another host has tuned.
+
+Compiled kernels stay in Triton's file cache, untouched. Only the autotune entries
+(`<fn>.autotune.json`) go through kernelsearch: a local miss asks the one resolver (the local
+store, then the service: `KS_DATABASE_URL`, `KS_SERVICE_URL`, with the decorator's time bound
+and back-off), and an entry Triton writes after benchmarking is shared as a record (the kernel's
+identity, Triton's tuning key as axes, the device, versions and every config's timings), after
+the same correctness check as the decorator's: the winner must write what the first config
+writes on the same call. Nothing here fails or delays a launch beyond `KS_AUTOTUNE_TIMEOUT_S`.
+
+Triton names neither the kernel nor the call to its cache manager, only a hash and a file name;
+the manager reads them from the autotuner's own `check_disk_cache` frame, which is on the stack
+whenever Triton asks for or writes an autotune entry.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import threading
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from triton.runtime.autotuner import Autotuner as TritonAutotuner
+from triton.runtime.autotuner import Config
+from triton.runtime.cache import FileCacheManager
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".autotune.json"
+
+
+@dataclass
+class Stats:
+    """What the manager did in this process (the benchmarks read it)."""
+
+    served: int = 0
+    shared: int = 0
+    missed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, what: str) -> None:
+        with self.lock:
+            setattr(self, what, getattr(self, what) + 1)
+
+
+STATS = Stats()
+
+
+@dataclass
+class _Call:
+    tuner: Any
+    tuning_key: tuple
+    configs: list[Config]
+    args: tuple
+    kwargs: dict
+
+    @property
+    def named(self) -> dict[str, Any]:
+        all_args = {**(self.tuner.nargs or {}), **self.kwargs}
+        return {k: v for k, v in all_args.items() if k in self.tuner.arg_names}
+
+
+def _autotune_call() -> _Call | None:
+    """The autotuner call asking for (or writing) an entry: the frame of Triton's
+    `check_disk_cache` and, above it, the call's arguments. None for a kernelsearch decorator
+    (it resolves and shares its keys itself) or when Triton's frames are not what they were."""
+    from kernelsearch.service.autotune import Autotuner as KsAutotuner
+
+    f: FrameType | None = sys._getframe(1)
+    while f is not None:
+        tuner = f.f_locals.get("self")
+        if f.f_code.co_name == "check_disk_cache" and isinstance(tuner, TritonAutotuner):
+            if isinstance(tuner, KsAutotuner):
+                return None
+            caller = f.f_back
+            loc = caller.f_locals if caller is not None else {}
+            return _Call(tuner, tuple(f.f_locals.get("tuning_key") or ()),
+                         list(f.f_locals.get("configs") or ()), tuple(loc.get("args", ())),
+                         dict(loc.get("kwargs", {})))
+        f = f.f_back
+    return None
+
+
+def _kernel(call: _Call) -> Any:
+    """The call's undeclared kernel definition, made once per autotuner."""
+    from kernelsearch.service.autotune import undeclared_kernel
+
+    und = getattr(call.tuner, "_ks_undeclared", None)
+    if und is None:
+        und = undeclared_kernel(call.tuner, call.named)
+        call.tuner._ks_undeclared = und
+    return und
+
+
+def served_entry(call: _Call) -> str | None:
+    """The autotune entry of this call from the resolver, as Triton writes one; None when no
+    record of this code measured every config of this list."""
+    from kernelsearch.kernels.configs import canonical_key
+    from kernelsearch.service.autotune import (BACKENDS, Options, _in_background,
+                                               undeclared_key)
+
+    und = _kernel(call)
+    key = undeclared_key(und, call.named)
+    if key is None:
+        return None
+    opts = Options.from_env()
+    BACKENDS.prepare()
+    fut = _in_background(lambda: BACKENDS.lookup(key, opts))
+    wait = 0.0 if time.monotonic() < BACKENDS.slow_until else opts.timeout_s
+    try:
+        found = fut.result(timeout=wait)
+    except FutureTimeout:
+        if wait > 0:
+            BACKENDS.slow_until = time.monotonic() + opts.retry_s
+        return None
+    if found is None or not found.timings:
+        return None
+    if found.source_hash is not None and found.source_hash != und.definition.source_hash:
+        log.info("%s: the served record was tuned on other code; Triton benchmarks here", und.name)
+        return None
+    pairs = []
+    for c in call.configs:
+        t = found.timings.get(canonical_key(c), "missing")
+        if t == "missing":
+            return None  # a record of another config list: not this one's
+        ms = math.inf if t is None else float(t) / 1e3
+        pairs.append((c.__dict__, [ms, ms, ms]))
+    log.info("%s: autotune entry for key %s served by kernelsearch (%s)", und.name,
+             call.tuning_key, found.source)
+    return json.dumps({"key": list(call.tuning_key), "configs_timings": pairs})
+
+
+def share_entry(call: _Call, data: str) -> bool:
+    """Share an entry Triton wrote after benchmarking, as a record (through the acceptance gate)."""
+    from kernelsearch.kernels.configs import canonical_key
+    from kernelsearch.service.autotune import share_tuned, undeclared_key
+
+    und = _kernel(call)
+    key = undeclared_key(und, call.named)
+    if key is None:
+        return False
+    listed = {canonical_key(c): c for c in call.configs}
+    timings: dict[Config, Any] = {}
+    for cfg, t in json.loads(data)["configs_timings"]:
+        c = listed.get(canonical_key(Config(**cfg)))
+        if c is not None:
+            timings[c] = t
+    if not timings:
+        return False
+    winner = min(timings, key=lambda c: timings[c][0] if isinstance(timings[c], list) else timings[c])
+    return share_tuned(call.tuner, und, key, winner, timings, call.args, call.kwargs)
+
+
+class AutotuneCacheManager(FileCacheManager):
+    """Triton's file cache manager, with autotune entries read from and shared through
+    kernelsearch (`TRITON_CACHE_MANAGER=kernelsearch.triton_cache:AutotuneCacheManager`)."""
+
+    def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+        super().__init__(key, override=override, dump=dump)
+        self._plain = override or dump
+
+    def get_file(self, filename: str) -> str | None:
+        path = super().get_file(filename)
+        if path is not None or self._plain or not filename.endswith(SUFFIX):
+            return path
+        try:
+            call = _autotune_call()
+            data = served_entry(call) if call is not None else None
+        except Exception as exc:  # a lookup must never fail the launch
+            log.warning("kernelsearch autotune cache lookup failed: %s", exc)
+            data = None
+        if data is None:
+            STATS.add("missed")
+            return None
+        STATS.add("served")
+        return super().put(data, filename, binary=False)
+
+    def put(self, data: Any, filename: str, binary: bool = True) -> str:
+        path = super().put(data, filename, binary)
+        if not self._plain and filename.endswith(SUFFIX):
+            try:
+                call = _autotune_call()
+                if call is not None and share_entry(call, str(data)):
+                    STATS.add("shared")
+            except Exception as exc:  # sharing must never fail the launch
+                log.warning("kernelsearch could not share an autotune entry: %s", exc)
+        return path

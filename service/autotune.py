@@ -136,6 +136,32 @@ def to_triton(config: Mapping[str, Any], meta_names: frozenset[str],
 
 
 # -- where answers come from -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _TensorMeta:
+    """A tensor argument as a traced call knows it (its dtype and device), for the key."""
+
+    dtype: Any
+    device: Any
+
+
+# Decorated kernels by id, for `_served_index` (called with constants only, from traced code).
+_TUNERS: dict[int, "Autotuner"] = {}
+
+
+def _served_index(tuner_id: int, ints: tuple, tensors: tuple, nones: tuple) -> int:
+    """`Autotuner.served_for_compile`, run for real while Dynamo traces (its answer is a constant
+    of the graph); -1 on any fault, so compiling never fails for a lookup."""
+    try:
+        return _TUNERS[tuner_id].served_for_compile(ints, tensors, nones)
+    except Exception as exc:
+        log.warning("kernelsearch lookup under torch.compile failed: %s", exc)
+        return -1
+
+
+# What torch._dynamo.assume_constant_result sets (without importing Dynamo in every program).
+_served_index._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 class Backends:
     """The user program's resolver (the local store, then the service: `service.sources`) and its
     writes, shared by every decorated kernel. The resolver leaves a source that fails alone for
@@ -469,10 +495,79 @@ class Autotuner(TritonAutotuner):
         # An undeclared kernel's definition, made at its first call (its dtypes come from it).
         self.undeclared: UndeclaredKernel | None = None
         self._told: set[str] = set()
+        # torch.compile: Dynamo never calls run(); it calls early_config_prune at trace time, so
+        # that is where a compiled call resolves its key (`_prune_for_compile`).
+        self._user_early_prune: Callable[..., Any] | None = getattr(self, "early_config_prune", None)
+        self.early_config_prune = self._prune_for_compile
+        self._ks_id = id(self)  # a plain attribute: traced code reads it as a constant
+        _TUNERS[self._ks_id] = self
         if not self.user_defined_pre_hook and (self.reset_to_zero or self.restore_value):
             self.pre_hook = self._reset_and_save
         if not self.user_defined_post_hook and self.restore_value:
             self.post_hook = self._restore
+
+    def _prune_for_compile(self, configs: list[Config], named_args: dict[str, Any],
+                           **kwargs: Any) -> list[Config]:
+        """The user's early_config_prune, and under torch.compile (Dynamo traces this at trace
+        time, in place of run()) the served config alone: Inductor then compiles it and
+        benchmarks nothing. Traced code, so the key goes out as constants (`_served_index`)."""
+        import torch
+
+        if torch.compiler.is_compiling():
+            named = {**named_args, **kwargs}
+            ints = tuple((k, named[k]) for k in self.keys
+                         if k in named and isinstance(named[k], (int, bool)))
+            tensors = tuple((k, str(v.dtype), str(v.device)) for k, v in named.items()
+                            if isinstance(v, torch.Tensor))
+            nones = tuple(k for k, v in named.items() if v is None)
+            i = _served_index(self._ks_id, ints, tensors, nones)
+            if i >= 0:
+                return [configs[i]]
+        if self._user_early_prune is not None:
+            return self._user_early_prune(configs, named_args, **kwargs)
+        return configs
+
+    def served_for_compile(self, ints: tuple, tensors: tuple, nones: tuple) -> int:
+        """The index in `configs` of this key's served config (exact, of this code and this
+        config list), else -1: torch.compile then tunes every config, as triton.autotune would."""
+        import torch
+
+        from kernelsearch.kernels.device import device_name
+
+        named: dict[str, Any] = {k: v for k, v in ints}
+        named.update({k: None for k in nones})
+        for k, dtype, device in tensors:
+            named[k] = _TensorMeta(getattr(torch, dtype.removeprefix("torch.")), torch.device(device))
+        opts = Options.from_env()
+        if self.kernel_def is None:
+            _load_declarations()
+        case = self.case_key(named)
+        if case is None:
+            return -1
+        case = Key(case.kernel, case.axes, device_name(named[tensors[0][0]].device)) if tensors else case
+        BACKENDS.prepare()
+        fut = _in_background(lambda: BACKENDS.lookup(case, opts))
+        try:
+            found = fut.result(timeout=opts.timeout_s)
+        except Exception:
+            return -1
+        res = self._resolution_of(found, opts)
+        if res is None or res.provisional or found is None:
+            return -1
+        und = self.undeclared
+        if self.kernel_def is None and und is not None:
+            if found.source_hash not in (None, und.definition.source_hash):
+                return -1
+            listed = {canonical_key(c) for c in self.configs}
+            if not found.timings or not listed <= set(found.timings):
+                return -1
+        key = tuple(v for _, v in ints) + tuple(d for _, d, _ in tensors)
+        with self._lock:
+            self.sources[key] = res.source
+        log.info("%s: torch.compile runs the %s config %s for key %s", self._name(),
+                 res.source.value, canonical(res.config), key)
+        return next(i for i, c in enumerate(self.configs)
+                    if canonical_key(c) == canonical_key(res.config))
 
     # Triton's reset_to_zero / restore_value hooks, skipping an argument passed as None (an
     # optional output), which Triton 3.6's own hooks fail on.
@@ -1058,7 +1153,7 @@ class DecoratedKernel(KernelDef):
     def configs_for_case(self, axes: Mapping[str, int]) -> list[dict[str, Any]]:
         """The space of one case: the configs the decorator's pruning keeps for its inputs."""
         tuner = self.autotuner
-        if tuner.early_config_prune is None and tuner.perf_model is None:
+        if tuner._user_early_prune is None and tuner.perf_model is None:
             return [dict(c) for c in self.space_configs]
         named = self.named_args_for(axes)
         tuner.nargs = {k: v for k, v in named.items() if k in tuner.arg_names}

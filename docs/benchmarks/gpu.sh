@@ -17,6 +17,12 @@
 #   issue22       fla-core (flash-linear-attention, .whl/) unchanged but for the decorator swap: triton.autotune
 #                 on a cold host, kernelsearch on a first host (tunes, shares) and a second (served), and
 #                 the configs fixed in advance; fresh processes and Triton caches (docs/benchmarks/issue22_fla.py)
+#   compile       torch.compile of an @kernelsearch.autotune softmax: tuned eagerly on one host and shared,
+#                 then compiled on a fresh one (served at trace time), against plain triton.autotune compiled
+#                 (docs/benchmarks/issue25_compile.py)
+#   tcache        fla unchanged with TRITON_CACHE_AUTOTUNING=1: Triton's file cache on a cold host,
+#                 kernelsearch.triton_cache on a first and a second host, Triton's Redis remote cache on a
+#                 first and a second host (issue22_fla.py's tc-* modes; Redis at 127.0.0.1:6379 if it runs)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -81,6 +87,44 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       done
       python3 docs/benchmarks/issue22_fla.py table $D | tee $D/table.txt
       $KS records list 2>/dev/null | grep -c fla. | sed 's/^/fla records in the store: /'
+      $KS records export $D/records.json >/dev/null; kill $API ;;
+    compile)
+      D=$OUT/compile; mkdir -p $D /tmp/ks25c
+      export KS_DATABASE_URL=sqlite:////tmp/ks25c/kernelsearch.db
+      $KS db upgrade >/dev/null
+      $KS serve --no-worker --port 8725 > $D/api.log 2>&1 &
+      API=$!
+      for _ in $(seq 60); do curl -sf http://127.0.0.1:8725/healthz >/dev/null && break; sleep 1; done
+      for mode in share compiled baseline; do
+        TRITON_CACHE_DIR=/tmp/ks25c/tc_$mode TORCHINDUCTOR_CACHE_DIR=/tmp/ks25c/ind_$mode \
+          KS_SERVICE_URL=http://127.0.0.1:8725 KS_DATABASE_URL=sqlite:////tmp/ks25c/absent.db \
+          KS_AUTOTUNE_TIMEOUT_S=5 timeout ${COMPILE_S:-150} python3 docs/benchmarks/issue25_compile.py $mode \
+          2>$D/$mode.err | tail -1 | tee -a $D/compile.jsonl
+        grep -h 'kernelsearch\|torch.compile runs' $D/$mode.err | grep -v -i warn | tail -3
+      done
+      kill $API ;;
+    tcache)
+      D=$OUT/tcache; mkdir -p $D /tmp/ks25t
+      export KS_DATABASE_URL=sqlite:////tmp/ks25t/kernelsearch.db
+      $KS db upgrade >/dev/null
+      $KS serve --no-worker --port 8726 > $D/api.log 2>&1 &
+      API=$!
+      for _ in $(seq 60); do curl -sf http://127.0.0.1:8726/healthz >/dev/null && break; sleep 1; done
+      (command -v redis-server && redis-cli -h 127.0.0.1 ping) > $D/redis.txt 2>&1; cat $D/redis.txt
+      for mode in ${TCACHE_MODES:-tc-triton tc-ks-first tc-ks-second tc-redis-first tc-redis-second}; do
+        case $mode in
+          tc-ks-*) MGR=kernelsearch.triton_cache:AutotuneCacheManager ;;
+          tc-redis-*) MGR=triton.runtime.cache:RemoteCacheManager ;;
+          *) MGR= ;;
+        esac
+        rm -rf /tmp/ks25t/tc_$mode
+        env TRITON_CACHE_AUTOTUNING=1 ${MGR:+TRITON_CACHE_MANAGER=$MGR} \
+          TRITON_REMOTE_CACHE_BACKEND=triton.runtime.cache:RedisRemoteCacheBackend \
+          TRITON_CACHE_DIR=/tmp/ks25t/tc_$mode KS_SERVICE_URL=http://127.0.0.1:8726 \
+          KS_DATABASE_URL=sqlite:////tmp/ks25t/absent.db KS_AUTOTUNE_TIMEOUT_S=5 timeout ${TCACHE_S:-200} \
+          python3 docs/benchmarks/issue22_fla.py run --mode $mode --out $D 2>$D/$mode.err | tail -1
+      done
+      python3 docs/benchmarks/issue22_fla.py table $D | tee $D/table.txt
       $KS records export $D/records.json >/dev/null; kill $API ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

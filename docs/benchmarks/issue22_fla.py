@@ -11,7 +11,15 @@ The swap is `triton.autotune = kernelsearch.autotune` before `import fla` (the d
 the attribute at import), and the same for fla's own wrapper of it, `fla_cache_autotune` (same
 signature; replaced as its module is imported, `swap_fla_decorator`); nothing of fla is edited. The ops, bf16: `chunk_gated_delta_rule`
 forward (its backward refuses to run on Hopper under Triton < 3.7.1, fla issue 640) and
-`chunk_delta_rule` forward and backward. Each mode prints one JSON line: time from the first call to all results,
+`chunk_delta_rule` forward and backward. Issue 25's modes run fla unchanged (no swap), with Triton's disk cache of autotune results on
+(`TRITON_CACHE_AUTOTUNING=1`) through the cache manager gpu.sh names (`TRITON_CACHE_MANAGER`):
+
+  tc-triton      Triton's own file cache, a cold host
+  tc-ks-first    kernelsearch.triton_cache on a first host: benchmarks, shares the entries
+  tc-ks-second   kernelsearch.triton_cache on a second host (fresh Triton cache): served
+  tc-redis-first, tc-redis-second   Triton's RemoteCacheManager over its RedisRemoteCacheBackend
+
+Each mode prints one JSON line: time from the first call to all results,
 the op latencies (triton.testing.do_bench, its L2 flush), how many configs were benchmarked, and
 the config each autotuned kernel ran per key.
 
@@ -106,6 +114,10 @@ def swap_fla_decorator(replacement) -> None:
     sys.meta_path.insert(0, Finder())
 
 
+MODES = ("triton", "ks-first", "ks-served", "fixed", "tc-triton", "tc-ks-first", "tc-ks-second",
+         "tc-redis-first", "tc-redis-second")
+
+
 def run(mode: str, out: Path, fixed: str | None) -> dict:
     import torch
     import triton
@@ -171,10 +183,16 @@ def run(mode: str, out: Path, fixed: str | None) -> dict:
            "sources": _sources()}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{mode}.json").write_text(json.dumps(got, indent=1, default=str))
-    if mode.startswith("ks"):
+    if mode.startswith(("ks", "tc-ks")):
         from kernelsearch.service.autotune import BACKENDS
 
         BACKENDS.drain(60)
+    if mode.startswith("tc-ks"):
+        from kernelsearch.triton_cache import STATS
+
+        got["cache_manager"] = {"served": STATS.served, "shared": STATS.shared,
+                                "missed": STATS.missed}
+        (out / f"{mode}.json").write_text(json.dumps(got, indent=1, default=str))
     return got
 
 
@@ -193,19 +211,22 @@ def _sources() -> dict:
 
 def table(out: Path) -> str:
     rows = {m: json.loads((out / f"{m}.json").read_text())
-            for m in ("triton", "ks-first", "ks-served", "fixed") if (out / f"{m}.json").exists()}
+            for m in MODES if (out / f"{m}.json").exists()}
     lines = [f"shape {SHAPE} (bf16; chunk_gated_delta_rule fwd, chunk_delta_rule fwd+bwd)",
-             f"{'mode':10} {'first call->results':>20} {'benchmarked':>12} {'gdn fwd us':>18} "
+             f"{'mode':15} {'first call->results':>20} {'benchmarked':>12} {'gdn fwd us':>18} "
              f"{'delta fwd+bwd us':>18}  sources"]
     for m, r in rows.items():
         f, fb = r["latency"]["gdn_fwd"], r["latency"]["delta_fwd_bwd"]
-        lines.append(f"{m:10} {r['first_call_to_results_s']:>18.2f} s {r['configs_benchmarked']:>12} "
+        lines.append(f"{m:15} {r['first_call_to_results_s']:>18.2f} s {r['configs_benchmarked']:>12} "
                      f"{f['median_us']:>8.1f} [{f['p20_us']:.1f}-{f['p80_us']:.1f}] "
                      f"{fb['median_us']:>8.1f} [{fb['p20_us']:.1f}-{fb['p80_us']:.1f}]  {r['sources']}")
     if "ks-first" in rows and "ks-served" in rows:
         same = rows["ks-first"]["picks"] == rows["ks-served"]["picks"]
         lines.append(f"served host ran ks-first's configs: {same} "
                      f"({len(rows['ks-first']['picks'])} autotuned kernels)")
+    if "tc-ks-first" in rows and "tc-ks-second" in rows:
+        same = rows["tc-ks-first"]["picks"] == rows["tc-ks-second"]["picks"]
+        lines.append(f"cache-manager second host ran the first host's configs: {same}")
     if "triton" in rows and "ks-first" in rows:
         a, b = rows["triton"]["picks"], rows["ks-first"]["picks"]
         lines.append(f"kernels whose pick differs between triton and ks-first: "
@@ -217,7 +238,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--mode", required=True, choices=["triton", "ks-first", "ks-served", "fixed"])
+    r.add_argument("--mode", required=True, choices=MODES)
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--fixed", help="ks-first's JSON (fixed mode)")
     t = sub.add_parser("table")
@@ -226,7 +247,8 @@ def main() -> int:
     if a.cmd == "run":
         got = run(a.mode, a.out, a.fixed)
         print(json.dumps({k: got[k] for k in ("mode", "first_call_to_results_s",
-                                                "configs_benchmarked", "latency", "sources")}))
+                                                "configs_benchmarked", "latency", "sources",
+                                                "cache_manager") if k in got}))
     else:
         print(table(a.out))
     return 0

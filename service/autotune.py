@@ -144,22 +144,65 @@ class _TensorMeta:
     device: Any
 
 
-# Decorated kernels by id, for `_served_index` (called with constants only, from traced code).
+# Decorated kernels by id, and what a trace decided for each (`_decide_for_compile`).
 _TUNERS: dict[int, "Autotuner"] = {}
+_DECIDED: dict[int, int] = {}
 
 
-def _served_index(tuner_id: int, ints: tuple, tensors: tuple, nones: tuple) -> int:
-    """`Autotuner.served_for_compile`, run for real while Dynamo traces (its answer is a constant
-    of the graph); -1 on any fault, so compiling never fails for a lookup."""
-    try:
-        return _TUNERS[tuner_id].served_for_compile(ints, tensors, nones)
-    except Exception as exc:
-        log.warning("kernelsearch lookup under torch.compile failed: %s", exc)
-        return -1
+def _decide_for_compile(ctx: Any) -> None:
+    """Run by Dynamo at trace time (`comptime`) inside `_prune_for_compile`'s traced code: where
+    the call's key is made of constants (Dynamo has not made an integer dynamic), look it up
+    (`Autotuner.served_for_compile`) and leave the answer for `_decided`; -1 otherwise."""
+    names = ("tid", "ints", "tensors", "nones")
+    got = [ctx.get_local(n) for n in names]
+    tid = got[0].as_python_constant()
+    answer = -1
+    if all(v.is_python_constant() for v in got):
+        ints, tensors, nones = (v.as_python_constant() for v in got[1:])
+        try:
+            answer = _TUNERS[tid].served_for_compile(ints, tensors, nones)
+        except Exception as exc:  # compiling never fails for a lookup
+            log.warning("kernelsearch lookup under torch.compile failed: %s", exc)
+    _DECIDED[tid] = answer
+
+
+def _decided(tid: int) -> int:
+    """The trace's decision (`_decide_for_compile`), a constant of the graph."""
+    return _DECIDED.pop(tid, -1)
 
 
 # What torch._dynamo.assume_constant_result sets (without importing Dynamo in every program).
-_served_index._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_decided._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _prune_for_compile(tuner_id: int, keys: tuple[str, ...],
+                       user_prune: Callable[..., Any] | None) -> Callable[..., list[Config]]:
+    """A decorated kernel's early_config_prune: the user's own, and under torch.compile (Dynamo
+    calls it while tracing, in place of run()) the served config alone, so Inductor compiles it
+    and benchmarks nothing. Dynamo traces this function: it reads only its closure's constants
+    (never the autotuner) and decides at trace time (`comptime`) from the key's constants."""
+    import torch
+
+    is_compiling, tensor = torch.compiler.is_compiling, torch.Tensor
+
+    def prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
+        if is_compiling():
+            named = {**named_args, **kwargs}
+            tid = tuner_id  # noqa: F841 - read at trace time by _decide_for_compile
+            ints = tuple((k, named[k]) for k in keys  # noqa: F841
+                         if k in named and isinstance(named[k], (int, bool)))
+            tensors = tuple((k, str(v.dtype), str(v.device))  # noqa: F841
+                            for k, v in named.items() if isinstance(v, tensor))
+            nones = tuple(k for k, v in named.items() if v is None)  # noqa: F841
+            torch._dynamo.comptime.comptime(_decide_for_compile)
+            i = _decided(tuner_id)
+            if i >= 0:
+                return [configs[i]]
+        if user_prune is not None:
+            return user_prune(configs, named_args, **kwargs)
+        return configs
+
+    return prune
 
 
 class Backends:
@@ -498,34 +541,13 @@ class Autotuner(TritonAutotuner):
         # torch.compile: Dynamo never calls run(); it calls early_config_prune at trace time, so
         # that is where a compiled call resolves its key (`_prune_for_compile`).
         self._user_early_prune: Callable[..., Any] | None = getattr(self, "early_config_prune", None)
-        self.early_config_prune = self._prune_for_compile
-        self._ks_id = id(self)  # a plain attribute: traced code reads it as a constant
-        _TUNERS[self._ks_id] = self
+        _TUNERS[id(self)] = self
+        self.early_config_prune = _prune_for_compile(id(self), tuple(self.keys),
+                                                     self._user_early_prune)
         if not self.user_defined_pre_hook and (self.reset_to_zero or self.restore_value):
             self.pre_hook = self._reset_and_save
         if not self.user_defined_post_hook and self.restore_value:
             self.post_hook = self._restore
-
-    def _prune_for_compile(self, configs: list[Config], named_args: dict[str, Any],
-                           **kwargs: Any) -> list[Config]:
-        """The user's early_config_prune, and under torch.compile (Dynamo traces this at trace
-        time, in place of run()) the served config alone: Inductor then compiles it and
-        benchmarks nothing. Traced code, so the key goes out as constants (`_served_index`)."""
-        import torch
-
-        if torch.compiler.is_compiling():
-            named = {**named_args, **kwargs}
-            ints = tuple((k, named[k]) for k in self.keys
-                         if k in named and isinstance(named[k], (int, bool)))
-            tensors = tuple((k, str(v.dtype), str(v.device)) for k, v in named.items()
-                            if isinstance(v, torch.Tensor))
-            nones = tuple(k for k, v in named.items() if v is None)
-            i = _served_index(self._ks_id, ints, tensors, nones)
-            if i >= 0:
-                return [configs[i]]
-        if self._user_early_prune is not None:
-            return self._user_early_prune(configs, named_args, **kwargs)
-        return configs
 
     def served_for_compile(self, ints: tuple, tensors: tuple, nones: tuple) -> int:
         """The index in `configs` of this key's served config (exact, of this code and this

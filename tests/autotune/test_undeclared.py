@@ -358,3 +358,33 @@ def test_a_registered_definition_asks_no_process_to_import_the_users_module() ->
         assert "no_such_pkg" not in registry.plugin_modules()
     finally:
         registry.unregister("no_such_pkg.k")
+
+
+def test_torch_compile_resolves_at_trace_time(sqlite_store, monkeypatch) -> None:
+    """Dynamo never calls run(): it traces early_config_prune, which hands it the served config
+    alone. On the CPU Dynamo does not take Triton kernels into its graph, so the test traces the
+    prune itself, as Dynamo does with a compiled call's arguments (the GPU run compiles a kernel)."""
+    import ks_undeclared_user as u
+
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    u.scale_kernel.forget()
+    u.scale(torch.randn(64))  # tunes and shares into the local store
+    at.BACKENDS.drain(20)
+    (rec,) = sqlite_store.list_records(kernel=NAME)
+    u.scale_kernel.forget()
+    at.BACKENDS.reset()
+    prune, configs = u.scale_kernel.early_config_prune, u.scale_kernel.configs
+
+    def traced(x: torch.Tensor, n: int) -> torch.Tensor:
+        picked = prune(configs, {"x_ptr": x, "y_ptr": x, "n": n})
+        return x * len(picked) + picked[0].kwargs["BLOCK"]
+
+    x = torch.zeros(8)
+    got = torch.compile(traced, fullgraph=True, backend="eager")(x, 64)
+    assert torch.equal(got, torch.full((8,), float(rec.config["BLOCK"])))
+    assert list(u.scale_kernel.sources.values()) == [Source.STORE]
+    # A key with no record: every config, as torch.compile would tune without kernelsearch.
+    got = torch.compile(traced, fullgraph=True, backend="eager")(x, 96)
+    assert torch.equal(got, torch.full((8,), float(configs[0].kwargs["BLOCK"])))
+    # Outside compile, the prune is the user's (here none): the whole list.
+    assert prune(configs, {"x_ptr": x, "y_ptr": x, "n": 64}) == configs

@@ -24,7 +24,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from kernelsearch import kernels
 from kernelsearch.db.interfaces import ServiceStore
 
-from kernelsearch.db.statuses import ACTIVE_STATUSES, JOB_STATUSES
+from kernelsearch.db.statuses import ACTIVE_STATUSES, JOB_STATUSES, JobStatus, TrialStatus
 from kernelsearch.db.views import WORKER_VERSIONS
 
 from .charts import PALETTE, Series, make_chart, microseconds
@@ -215,7 +215,7 @@ def _history_chart(trials: list[dict[str, Any]], title: str) -> Any:
 
 
 def _failed(t: dict[str, Any]) -> bool:
-    return str(t.get("state", "")).lower() != "complete"
+    return str(t.get("state", "")).lower() != TrialStatus.COMPLETE
 
 
 def _trial_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -276,7 +276,7 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
     start, end = _parse_time(j.get("started_at")), _parse_time(j.get("finished_at"))
     j["elapsed"] = _duration(((end or now) - start).total_seconds()) if start else ""
     cur = j.get("current_case") or {}
-    j["current_label"] = _axes_label(cur["axes"]) if j.get("status") == "running" and cur.get("axes") else ""
+    j["current_label"] = _axes_label(cur["axes"]) if j.get("status") == JobStatus.RUNNING and cur.get("axes") else ""
     bests = [c.get("best_latency_us") for c in ((j.get("best") or {}).get("cases") or [])]
     bests.append(cur.get("best_latency_us"))
     found = [b for b in bests if isinstance(b, (int, float))]

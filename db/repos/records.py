@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from ..checks import axes_key, check_int, check_number
 from ..errors import NotFound
 from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow
-from ..statuses import UPLOAD_ORIGIN
+from ..statuses import RecordOrigin
 from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView, Withdrawal
 from ..wire import validated_record
 from ._base import RepoBase, rowcount
@@ -46,7 +46,7 @@ def rank(origin: str, latency_median_us: float) -> tuple[bool, float]:
     """A record's standing on its key, lowest first: a record measured by this deployment (a
     worker's, or imported from one) before any upload, then the faster median. So an upload
     never outranks a worker's record, and a worker's record replaces an upload."""
-    return origin == UPLOAD_ORIGIN, latency_median_us
+    return origin == RecordOrigin.UPLOAD, latency_median_us
 
 
 # The references (and the speedups over them) a re-import may give a record stored without them.

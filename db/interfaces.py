@@ -111,7 +111,7 @@ class RecordRepository(Protocol):
 
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]: ...
 
-    def find_best(self, kernel: str, device: str, axes: dict[str, Any], work: float,
+    def find_best(self, kernel: str, device: str, axes: dict[str, Any],
                   distance: Callable[[dict[str, Any], float], float],
                   ) -> tuple[RecordView, str] | None: ...
 

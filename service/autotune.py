@@ -280,7 +280,7 @@ class Backends:
                 distance: Callable[[dict[str, Any], float], float] = (
                     (lambda other, _w: kd.distance(key.axes_dict, other)) if kd is not None
                     else (lambda _other, w: work_distance(w, work)))
-                got = self._store.find_best(key.kernel, key.device, key.axes_dict, work, distance)
+                got = self._store.find_best(key.kernel, key.device, key.axes_dict, distance)
             except Exception as exc:  # a database that is down must not fail the call
                 log.warning("local store lookup for %s failed (%s); not asked again for %g s",
                             key.kernel, exc, opts.retry_s)

@@ -39,7 +39,7 @@ class StoreProvider:
         """The store's record; a store error propagates (kernels.provider logs it and does not
         cache it: the database may come back)."""
         kdef = get_kernel(kernel)
-        found = self.store.find_best(kernel, device, dict(axes), case_work(kdef, axes),
+        found = self.store.find_best(kernel, device, dict(axes),
                                      distance=lambda other, _w: kdef.distance(axes, other))
         if found is None:
             return None

@@ -23,7 +23,7 @@ from ..deps import (BestCacheDep, LookupPoolDep, LookupStore, LookupStoreDep, Me
 from ..errors import query_error
 from ..lookups import HIT_WAIT_S, bounded
 from ..strict_input import AxisError, parse_case_axes
-from ..views import case_work, current_versions, dumps, record_json
+from ..views import current_versions, dumps, record_json
 from .common import ERRORS, check_text, kernel_or_404
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def lookup(store: LookupStore, q: BestQuery, max_ratio: float) -> tuple[int, byt
     else:
         def distance(other: dict[str, Any], _w: float) -> float:
             return k.distance(q.axes, other)
-    found = store.find_best(q.kernel, q.device, dict(q.axes), case_work(k, q.axes),
+    found = store.find_best(q.kernel, q.device, dict(q.axes),
                             distance=distance)
     far = ""
     if found is not None and found[1] != "exact":

@@ -53,19 +53,10 @@ def lookup(kernel: str, axes: Axes, device: str) -> dict[str, Any] | None:
         return None
     try:
         got = provider.best_config(kernel, dict(axes), device)
-        cfg = _servable(kernel, got) if got else None
+        cfg = dict(got) if got else None
     except Exception as exc:  # a store that is down must not break a user's call
         log.warning("config provider failed for %s %s on %s: %s", kernel, dict(axes), device, exc)
         return None  # not cached: the store may come back
     with _lock:
         _cache[key] = cfg
     return cfg
-
-
-def _servable(kernel: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored config with the choices the correctness gate never certifies swapped for their
-    safe twins (`KernelDef.off_case`), on its own shape too: a record tuned before the input
-    domain was checked may hold one, and stays current while it is the fastest."""
-    from .registry import get_kernel
-
-    return get_kernel(kernel).for_other_shape(config)

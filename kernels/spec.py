@@ -275,9 +275,6 @@ class KernelDef:
     rules: Callable[[Mapping[str, Any]], str | None] = lambda cfg: None
     # Extra axes a user may give that do not key the case (e.g. num_images for workload A).
     extra_axes: tuple[str, ...] = ()
-    # Choices whose correctness was checked only on the case a record was tuned for, with what
-    # replaces them on any other shape (for_other_shape). Empty: every record is served as is.
-    off_case: Mapping[str, Mapping[Any, Any]] = field(default_factory=dict)
     # Floating-point operations at least (compute roofline); None: memory-bound only.
     flops: Callable[[Axes], int] | None = None
     # Per-case rtol (e.g. by the case's dtype axis); None: `rtol` everywhere.
@@ -381,10 +378,7 @@ class KernelDef:
         got = provider.lookup(self.name, axes, device_name(torch.device(device)))
         if got:
             try:
-                # Choices the correctness gate never certifies are swapped for their safe twins
-                # (`off_case`) on the record's own shape too: a record tuned before the input
-                # domain was checked may hold one, and stays current while it is the fastest.
-                return self.validate_config(self.for_other_shape(got)), "record"
+                return self.validate_config(got), "record"
             except InvalidConfig:
                 pass  # a record from another version of the kernel: fall back
         return self.default_config, "default"
@@ -394,14 +388,6 @@ class KernelDef:
         (launchers derive their constexprs from shapes), and a warmup launch never reads them."""
         probe = self.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
         return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in probe)
-
-    def for_other_shape(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """A record's config made safe for a shape it was not checked on (`off_case`)."""
-        out = dict(config)
-        for name, swap in self.off_case.items():
-            if name in out and out[name] in swap:
-                out[name] = swap[out[name]]
-        return out
 
     # -- configs ---------------------------------------------------------------------------
     @property

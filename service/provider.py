@@ -45,7 +45,7 @@ class StoreProvider:
             return None
         record, match = found
         config = dict(record.config)
-        return config if match == "exact" else get_kernel(kernel).for_other_shape(config)
+        return config
 
 
 class ServiceProvider:
@@ -90,7 +90,7 @@ class ServiceProvider:
     def _ask(self, kernel: str, axes: dict[str, int], device: str) -> dict[str, Any]:
         got = self.client.best(kernel, device, **axes)
         config = dict(got["config"])
-        answer = config if got.get("match", "exact") == "exact" else get_kernel(kernel).for_other_shape(config)
+        answer = config
         key = (kernel, device)
         with self._lock:
             recovered, self._degraded = self._degraded, False
@@ -133,7 +133,7 @@ class ServiceProvider:
             dist, case = min((kdef.distance(axes, dict(c)), c) for c in known)
             if not math.isfinite(dist):
                 return None
-            return kdef.for_other_shape(known[case][1])
+            return dict(known[case][1])
         if self.fallback is not None:
             got = self.fallback.best_config(kernel, axes, device)  # its failure propagates
             if got is not None:

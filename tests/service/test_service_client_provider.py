@@ -127,22 +127,22 @@ def test_a_store_blip_on_the_get_kernel_path_is_not_cached_as_a_miss(sqlite_stor
         kprovider.set_provider(None)
 
 
-def test_a_fast_sin_cos_is_kept_only_for_the_case_it_was_checked_on(sqlite_store: Store) -> None:
-    """`approx` passed the check on its record's own angles; another shape gets range reduction,
-    from the store, from the service and from what the service taught while it is down."""
-    fast = {"ROWS": 1, "TRIG": "approx"}
-    sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=fast))
+def test_a_nearest_record_is_served_as_it_is_stored(sqlite_store: Store) -> None:
+    """Another shape gets the nearest record's config unchanged: from the store, from the service
+    and from what the service taught while it is down."""
+    cfg = {"ROWS": 1, "TRIG": "precise"}
+    sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=cfg))
     local = StoreProvider(sqlite_store)
-    assert local.best_config(KB, {"seq_len": 256}, H200) == fast
-    assert local.best_config(KB, {"seq_len": 3000}, H200) == {"ROWS": 1, "TRIG": "approx_rr"}
+    assert local.best_config(KB, {"seq_len": 256}, H200) == cfg
+    assert local.best_config(KB, {"seq_len": 3000}, H200) == cfg
     app = create_app(settings_for(sqlite_store.url), store=sqlite_store)
     with LiveServer(app) as s:
         remote = ServiceProvider(s.url, timeout=2)
-        assert remote.best_config(KB, {"seq_len": 256}, H200) == fast
-        assert remote.best_config(KB, {"seq_len": 3000}, H200)["TRIG"] == "approx_rr"
+        assert remote.best_config(KB, {"seq_len": 256}, H200) == cfg
+        assert remote.best_config(KB, {"seq_len": 3000}, H200) == cfg
         s.stop()
-        assert remote.best_config(KB, {"seq_len": 256}, H200) == fast
-        assert remote.best_config(KB, {"seq_len": 2000}, H200)["TRIG"] == "approx_rr"
+        assert remote.best_config(KB, {"seq_len": 256}, H200) == cfg
+        assert remote.best_config(KB, {"seq_len": 2000}, H200) == cfg
         remote.close()
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
+    from .statuses import JobStatus
     from .views import ImportReport, JobView, RecordIn, RecordView, Withdrawal
     from .wire import EntryCheck
 
@@ -83,7 +84,7 @@ class JobQueue(Protocol):
                             device: str | None = None, best: dict[str, Any] | None = None,
                             current_case: dict[str, Any] | None = None) -> None: ...
 
-    def finish_job(self, lease: Lease, status: str, error: str | None = None) -> None: ...
+    def finish_job(self, lease: Lease, status: JobStatus, error: str | None = None) -> None: ...
 
     def under_lease(self, lease: Lease) -> Self: ...
 
@@ -110,7 +111,7 @@ class RecordRepository(Protocol):
 
     def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]: ...
 
-    def find_best(self, kernel: str, device: str, axes: dict[str, Any], work: float,
+    def find_best(self, kernel: str, device: str, axes: dict[str, Any],
                   distance: Callable[[dict[str, Any], float], float],
                   ) -> tuple[RecordView, str] | None: ...
 

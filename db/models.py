@@ -28,7 +28,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from .statuses import JOB_STATUSES
+from .statuses import JOB_STATUSES, JobStatus, RecordOrigin
 
 # Stable constraint names: Alembic's batch mode on SQLite and later migrations need them.
 NAMING_CONVENTION = {
@@ -137,7 +137,7 @@ class Job(Base):
     n_trials: Mapped[int] = mapped_column(Integer)
     sampler: Mapped[str] = mapped_column(String(32))
     timeout_s: Mapped[float | None] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value)
     trials_done: Mapped[int] = mapped_column(Integer, default=0)
     device: Mapped[str | None] = mapped_column(String(200))
     best: Mapped[dict[str, Any] | None]
@@ -204,7 +204,7 @@ class Record(Base):
     tuned_at: Mapped[datetime]
     # Provenance (statuses.RECORD_ORIGINS): an upload never supersedes another origin's record.
     # `uploaded_by` is the writer token's name or "anonymous", `uploaded_from` the client's host.
-    origin: Mapped[str] = mapped_column(String(16), server_default="worker")
+    origin: Mapped[str] = mapped_column(String(16), server_default=RecordOrigin.WORKER.value)
     uploaded_by: Mapped[str | None] = mapped_column(String(200))
     uploaded_from: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,15 +1,49 @@
-"""A job's statuses, apart from the models so that the HTTP client can name them without SQLAlchemy.
+"""Every status the store keeps, as str enums apart from the models, so that the HTTP client can
+name them without SQLAlchemy and a misspelt status fails the type check. A member is its own
+value (`JobStatus.QUEUED == "queued"`, and JSON, SQL and f-strings see "queued"), so rows, JSON
+and the API read as they always did.
 
 A job is active while it waits or runs; the finished statuses are final.
 """
 from __future__ import annotations
 
-ACTIVE_STATUSES = ("queued", "running")
-FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-JOB_STATUSES = ACTIVE_STATUSES + FINISHED_STATUSES
+import enum
 
-# Where a record came from: a worker's study, an upload by a user's process (`POST /v1/records`,
-# `@kernelsearch.autotune` sharing), or a records file (`kernelsearch records import`). An upload
-# never supersedes a record of another origin (db.repos.records).
-RECORD_ORIGINS = ("worker", "upload", "import")
-UPLOAD_ORIGIN = "upload"
+
+class JobStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+# Plain strings, for `Literal[...]` types and the schema's CHECK constraint.
+ACTIVE_STATUSES: tuple[str, ...] = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+FINISHED_STATUSES: tuple[str, ...] = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value,
+                                      JobStatus.CANCELLED.value)
+JOB_STATUSES: tuple[str, ...] = ACTIVE_STATUSES + FINISHED_STATUSES
+
+
+class RecordOrigin(enum.StrEnum):
+    """Where a record came from: a worker's study, an upload by a user's process
+    (`POST /v1/records`, `@kernelsearch.autotune` sharing), or a records file (`kernelsearch
+    records import`). An upload never supersedes a record of another origin (db.repos.records)."""
+
+    WORKER = "worker"
+    UPLOAD = "upload"
+    IMPORT = "import"
+
+
+RECORD_ORIGINS: tuple[str, ...] = tuple(o.value for o in RecordOrigin)
+
+
+class TrialStatus(enum.StrEnum):
+    """How a trial of a record's study ended, as its summary (ks_trial_summaries) and an export
+    say it: measured, or failed (rejected, failed to compile, wrong, timed out...)."""
+
+    COMPLETE = "complete"
+    FAIL = "fail"
+
+
+TRIAL_STATES: tuple[str, ...] = tuple(t.value for t in TrialStatus)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .models import utcnow
-from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
+from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, JobStatus, RecordOrigin
 
 __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
@@ -38,7 +38,7 @@ class JobView:
     n_trials: int
     sampler: str
     timeout_s: float | None
-    status: str
+    status: JobStatus
     trials_done: int
     device: str | None
     best: dict[str, Any] | None
@@ -93,7 +93,7 @@ class RecordFields:
     job_id: int | None = None
     tuned_at: datetime = field(default_factory=utcnow)
     # Provenance (statuses.RECORD_ORIGINS): who stored the record, and from where when uploaded.
-    origin: str = "worker"
+    origin: str = RecordOrigin.WORKER.value
     uploaded_by: str | None = None
     uploaded_from: str | None = None
 

@@ -19,14 +19,13 @@ from .checks import axes_key
 from .errors import ImportRejected
 from .models import TIMING_METHODS, Case, Device, Kernel, Record
 from .portable import dotted, first_unportable
-from .statuses import RECORD_ORIGINS
+from .statuses import RECORD_ORIGINS, TRIAL_STATES, RecordOrigin, TrialStatus
 from .views import RecordFields, RecordIn, RecordView, TrialIn, field_specs
 
 EXPORT_SCHEMA = "kernelsearch.records"
 # Version 2 adds each record's trials and its references' latencies; version 1 still imports.
 EXPORT_VERSION = 2
 IMPORT_VERSIONS = (1, 2)
-TRIAL_STATES = ("complete", "fail")
 EXPORT_MESSAGE_CHARS = 2000
 INT32_MAX = 2**31 - 1  # Integer columns on PostgreSQL
 INT64_MAX = 2**63 - 1  # BigInteger columns
@@ -98,9 +97,9 @@ class _TrialRules(BaseModel):
     @model_validator(mode="after")
     def _outcome(self) -> Any:
         t: Any = self  # a TrialDoc: the fields are TrialIn's
-        if t.state == "complete" and t.latency_median_us is None:
+        if t.state == TrialStatus.COMPLETE and t.latency_median_us is None:
             raise ValueError("a complete trial needs latency_median_us")
-        if t.state == "fail" and t.latency_median_us is not None:
+        if t.state == TrialStatus.FAIL and t.latency_median_us is not None:
             raise ValueError("a failed trial has no latency_median_us")
         return self
 
@@ -300,7 +299,7 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None) -> list[Reco
             loc, why = bad
             raise ImportRejected(f"{dotted(loc)}: {why}", index=i, field=dotted(loc[2:]) or None)
         # A file's entry that does not say where it came from came from the file.
-        entry = entry if "origin" in entry else {**entry, "origin": "import"}
+        entry = entry if "origin" in entry else {**entry, "origin": RecordOrigin.IMPORT.value}
         try:
             rec = RecordDoc.model_validate(entry).to_record_in()
         except ValidationError as e:

@@ -10,10 +10,6 @@ import triton
 import triton.language as tl
 
 TRIG_CHOICES = ("precise", "approx", "approx_rr")
-# `approx` never passes the domain's largest angles: a stored record that holds it (tuned before
-# the domain was checked) runs with the range reduction, on any shape (KernelDef.off_case,
-# applied by kernels.provider).
-OFF_CASE = {"TRIG": {"approx": "approx_rr"}}
 
 _INV_2PI = 0.15915494309189535
 _2PI_HI = 6.28125

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping, Protocol
 
 from .axes import Axes
 from .resolve import Found, Key, Resolver, SourceUnavailable
 
-if TYPE_CHECKING:
-    from .spec import KernelDef
+
+class KernelDef(Protocol):
+    """What a lookup needs of a kernel (`spec.KernelDef` has it): its name and its "nearest"."""
+
+    name: str
+
+    def distance(self, a: Axes, b: Mapping[str, Any]) -> float: ...
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,4 @@ def lookup(kernel: KernelDef, axes: Axes, device: str) -> dict[str, Any] | None:
 
 
 def _servable(kernel: KernelDef, found: Found | None) -> dict[str, Any] | None:
-    """A found config with the choices the correctness gate never certifies swapped for their
-    safe twins (`KernelDef.off_case`), on its own shape too."""
-    return None if found is None else kernel.for_other_shape(found.config)
+    return None if found is None else dict(found.config)

@@ -13,6 +13,7 @@ import inspect
 import json
 import math
 import sys
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -200,6 +201,17 @@ class InputDomain:
         return tuple(out)
 
 
+class _Launches(threading.local):
+    """What the runtime keeps of each kernel's calls, apart from its declaration (`KernelDef`,
+    shared by every thread): the Triton handle of its latest launch in this thread, by name."""
+
+    def __init__(self) -> None:
+        self.handles: dict[str, Any] = {}
+
+
+_launches = _Launches()
+
+
 @dataclass(kw_only=True)
 class KernelDef:
     """Everything the layers above need to tune, check, time and call one kernel."""
@@ -233,11 +245,6 @@ class KernelDef:
     rules: Callable[[Mapping[str, Any]], str | None] = lambda cfg: None
     # Extra axes a user may give that do not key the case (e.g. num_images for workload A).
     extra_axes: tuple[str, ...] = ()
-    # Choices whose correctness was checked only on the case a record was tuned for, with what
-    # replaces them on any other shape (for_other_shape). Empty: every record is served as is.
-    off_case: Mapping[str, Mapping[Any, Any]] = field(default_factory=dict)
-    # The Triton handle of the latest launch in this process (registers, spills, shared memory).
-    last_compiled: Any = field(default=None, repr=False)
     # Floating-point operations at least (compute roofline); None: memory-bound only.
     flops: Callable[[Axes], int] | None = None
     # Per-case rtol (e.g. by the case's dtype axis); None: `rtol` everywhere.
@@ -290,8 +297,20 @@ class KernelDef:
     def meta_parameters(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return split_config(config)[0]
 
+    @property
+    def last_compiled(self) -> Any:
+        """The Triton handle of this kernel's latest launch in this thread (its registers, spills
+        and shared memory); a launcher sets it (`KERNEL.last_compiled = kernel[grid](...)`). Kept
+        per thread, not on the declaration: two threads launching it never read each other's."""
+        return _launches.handles.get(self.name)
+
+    @last_compiled.setter
+    def last_compiled(self, handle: Any) -> None:
+        _launches.handles[self.name] = handle
+
     def compiled_stats(self) -> dict[str, Any]:
-        """Registers, spills and shared memory of the latest launch (empty under the interpreter)."""
+        """Registers, spills and shared memory of the latest launch in this thread (empty under
+        the interpreter)."""
         h = self.last_compiled
         if h is None or not hasattr(h, "n_regs"):
             return {}
@@ -339,14 +358,6 @@ class KernelDef:
         (launchers derive their constexprs from shapes), and a warmup launch never reads them."""
         probe = self.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
         return tuple(torch.empty(t.shape, dtype=t.dtype, device=device) for t in probe)
-
-    def for_other_shape(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """A record's config made safe for a shape it was not checked on (`off_case`)."""
-        out = dict(config)
-        for name, swap in self.off_case.items():
-            if name in out and out[name] in swap:
-                out[name] = swap[out[name]]
-        return out
 
     # -- configs ---------------------------------------------------------------------------
     @property

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._trig import OFF_CASE, TRIG_CHOICES, sincos
+from ._trig import TRIG_CHOICES, sincos
 from .device import default_device, is_interpreter, num_programs_hint
 from .spec import Axes, AxisValue, Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
 
@@ -263,7 +263,6 @@ KERNEL = KernelDef(
     bytes_moved=bytes_moved,
     check_inputs=check_inputs,
     rules=_rules,
-    off_case=OFF_CASE,
     triton_kernels=(_rope3d_bwd_kernel,),
     domain=InputDomain(
         scale_groups=(("grad_q_embed", "grad_k_embed"), ("q", "k")), edge=("long",),

@@ -21,7 +21,7 @@ from typing import Any
 
 from kernelsearch import kernels
 from kernelsearch.db.errors import ImportRejected
-from kernelsearch.db.statuses import UPLOAD_ORIGIN
+from kernelsearch.db.statuses import RecordOrigin
 from kernelsearch.db.views import RecordIn
 from kernelsearch.db.wire import InvalidRecord, validated_record
 from kernelsearch.kernels.errors import InvalidConfig
@@ -201,7 +201,7 @@ def accepted(rec: RecordIn, *, now: datetime | None = None) -> RecordIn:
 def as_upload(rec: RecordIn, *, by: str | None, host: str | None) -> RecordIn:
     """`rec` marked as uploaded by a user's process: who (a token's name, else "anonymous") and
     from which host. An upload never outranks a worker's record (db.repos.records.rank)."""
-    return dataclasses.replace(rec, origin=UPLOAD_ORIGIN, uploaded_by=(by or "anonymous")[:200],
+    return dataclasses.replace(rec, origin=RecordOrigin.UPLOAD, uploaded_by=(by or "anonymous")[:200],
                                uploaded_from=host[:200] if host else None)
 
 

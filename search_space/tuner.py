@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 
 from kernelsearch.db.errors import LeaseLost
 from kernelsearch.db.interfaces import Lease, RecordRepository, TuningStore
+from kernelsearch.db.statuses import TrialStatus
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.measure import default_repeats
@@ -37,6 +38,7 @@ from kernelsearch.kernels.spec import config_key
 from .records import REFERENCES, BestTrial, best_record
 from .runner import TrialCancelled, TrialOutcome, TrialRunner
 from .space import SearchSpace, case_space, get_space
+from .states import StopReason, TrialMark
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ class CaseResult:
     compile_s: float
     check_s: float
     measure_s: float
-    stopped_because: str
+    stopped_because: StopReason
     n_rejected: int = 0
     n_cached: int = 0
     n_run_now: int = 0
@@ -94,9 +96,10 @@ class CaseResult:
         """Why trials failed, for a person: kinds with counts and the first message."""
         kinds = self.new_failure_kinds or self.failure_kinds
         if not kinds:
-            why = {"space_exhausted": "every config of the space was already tried",
-                   "sampler_stuck": "the sampler only proposed rejected or known configs",
-                   "n_trials": "no trial was left to run"}.get(self.stopped_because, self.stopped_because)
+            why = {StopReason.SPACE_EXHAUSTED: "every config of the space was already tried",
+                   StopReason.SAMPLER_STUCK: "the sampler only proposed rejected or known configs",
+                   StopReason.N_TRIALS: "no trial was left to run"}.get(self.stopped_because,
+                                                                         self.stopped_because)
             return f"no config was measured: {why}"
         scope = "this run's" if self.new_failure_kinds else "the study's"
         n = sum(kinds.values())
@@ -437,8 +440,13 @@ def prefetch_case(runner: Any, store: RecordRepository, kernel: str, axes: Mappi
     return runner.prefetch(kernel, axes, list(fresh.values()))
 
 
-def _state_of(t: optuna.trial.FrozenTrial) -> str | None:
-    return t.user_attrs.get(A_STATE)
+def _state_of(t: optuna.trial.FrozenTrial) -> TrialMark | None:
+    """The tuner's mark on a trial; None for a trial without one (or with one it does not know)."""
+    st = t.user_attrs.get(A_STATE)
+    try:
+        return None if st is None else TrialMark(st)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -705,7 +713,7 @@ class _Loop:
         for t in sorted(trials, key=lambda t: t.number):
             st = _state_of(t)
             cfg = t.user_attrs.get(A_CONFIG)
-            if st not in ("ok", "fail") or cfg is None:
+            if st not in (TrialMark.OK, TrialMark.FAIL) or cfg is None:
                 continue
             if not t.user_attrs.get(A_RUN):
                 continue
@@ -713,12 +721,12 @@ class _Loop:
             self.evaluated += 1
             if self.run_tag is None or t.user_attrs.get(A_TAG) == self.run_tag:
                 self.counted += 1
-            if st == "ok" and t.value is not None:
+            if st == TrialMark.OK and t.value is not None:
                 self._remember_ok(key, t.value, cfg, t.user_attrs.get(A_OUT) or {})
                 self.history.append(t.value)
             else:
                 self.failed += 1
-                self.seen[key] = {"state": "fail", "kind": t.user_attrs.get(A_KIND),
+                self.seen[key] = {"state": TrialMark.FAIL, "kind": t.user_attrs.get(A_KIND),
                                   "message": t.user_attrs.get(A_MSG)}
                 self._count_failure(t.user_attrs.get(A_KIND), t.user_attrs.get(A_MSG), new=False)
                 self.history.append(None)
@@ -743,7 +751,7 @@ class _Loop:
         n = 0
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             st, cfg = _state_of(t), t.user_attrs.get(A_CONFIG)
-            if t.number in have or st not in ("ok", "fail") or cfg is None or not t.user_attrs.get(A_RUN):
+            if t.number in have or st not in (TrialMark.OK, TrialMark.FAIL) or cfg is None or not t.user_attrs.get(A_RUN):
                 continue
             out = dict(t.user_attrs.get(A_OUT) or {})
             extra = {k: v for k, v in out.items() if k not in ("ok", "failure_kind", "message")}
@@ -751,8 +759,8 @@ class _Loop:
             extra["repaired"] = True
             self.store.add_trial_summary(
                 self.study.study_name, self.kernel, self.device, self.axes, t.number,
-                "complete" if st == "ok" else "fail", cfg,
-                (out.get("timing") or {}).get("median_us", t.value) if st == "ok" else None,
+                TrialStatus.COMPLETE if st == TrialMark.OK else TrialStatus.FAIL, cfg,
+                (out.get("timing") or {}).get("median_us", t.value) if st == TrialMark.OK else None,
                 t.user_attrs.get(A_KIND), t.user_attrs.get(A_MSG) or None, extra)
             n += 1
         if n:
@@ -760,7 +768,7 @@ class _Loop:
         return n
 
     def _remember_ok(self, key: str, value: float, cfg: dict[str, Any], outcome: dict[str, Any]) -> bool:
-        self.seen[key] = {"state": "ok", "value": value}
+        self.seen[key] = {"state": TrialMark.OK, "value": value}
         self.worst_ok = value if self.worst_ok is None else max(self.worst_ok, value)
         if self.best is None or value < self.best[0]:
             self.best = (value, cfg, outcome)
@@ -795,7 +803,7 @@ class _Loop:
 
     def run(self, n_trials: int, timeout_s: float | None, patience: int | None,
             progress: Callable[[int, int, float | None], None] | None,
-            should_stop: Callable[[], bool] | None, max_rejected: int | None) -> str:
+            should_stop: Callable[[], bool] | None, max_rejected: int | None) -> StopReason:
         t0 = time.monotonic()
         limit_rej = max_rejected if max_rejected is not None else max(50, 10 * n_trials)
         # Asking ahead feeds the compile pool; model-based samplers keep at most 8 asked and not
@@ -810,27 +818,27 @@ class _Loop:
         interval = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
         hb = _Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
         pending: list[tuple[optuna.Trial, dict[str, Any]]] = []
-        stopped = "n_trials"
+        stopped = StopReason.N_TRIALS
         lost = False
         try:
             while True:
                 if self.counted >= n_trials:
-                    stopped = "n_trials"
+                    stopped = StopReason.N_TRIALS
                     break
                 if timeout_s is not None and time.monotonic() - t0 >= timeout_s:
-                    stopped = "timeout"
+                    stopped = StopReason.TIMEOUT
                     break
                 if patience is not None and self.evaluated - self.best_at >= patience:
-                    stopped = "patience"
+                    stopped = StopReason.PATIENCE
                     break
                 if should_stop is not None and should_stop():
-                    stopped = "cancelled"
+                    stopped = StopReason.CANCELLED
                     break
                 if len(self.seen) >= len(self.grid):
-                    stopped = "space_exhausted"
+                    stopped = StopReason.SPACE_EXHAUSTED
                     break
                 if self.rejected + self.cached >= limit_rej:
-                    stopped = "sampler_stuck"
+                    stopped = StopReason.SAMPLER_STUCK
                     break
                 if not pending or (self.ahead and len(pending) < batch):
                     # Never more in hand than the trials still to evaluate (n >= 1 when the
@@ -844,7 +852,7 @@ class _Loop:
                     self._evaluate(trial, cfg, progress, n_trials)
                 except TrialCancelled:
                     pending.insert(0, (trial, cfg))  # failed and queued again below
-                    stopped = "cancelled"
+                    stopped = StopReason.CANCELLED
                     break
                 finally:
                     hb.remove(trial._trial_id)
@@ -906,7 +914,7 @@ class _Loop:
                   progress: Callable[[int, int, float | None], None] | None, n_trials: int) -> None:
         why = self.space.violation(cfg)
         if why is not None:
-            trial.set_user_attr(A_STATE, "rejected")
+            trial.set_user_attr(A_STATE, TrialMark.REJECTED)
             trial.set_user_attr(A_MSG, why)
             self.rejected += 1
             self._tell_infeasible(trial)
@@ -918,8 +926,9 @@ class _Loop:
         if known is not None:
             # Asked again: answer from memory, never run twice.
             self.cached += 1
-            trial.set_user_attr(A_STATE, "cached_" + known["state"])
-            if known["state"] == "ok":
+            ok = known["state"] == TrialMark.OK
+            trial.set_user_attr(A_STATE, TrialMark.CACHED_OK if ok else TrialMark.CACHED_FAIL)
+            if ok:
                 self._tell(trial, known["value"], feasible=True)
             else:
                 trial.set_user_attr(A_KIND, known.get("kind"))
@@ -949,7 +958,7 @@ class _Loop:
             self.history.append(value)
         else:
             self.failed += 1
-            self.seen[key] = {"state": "fail", "kind": out.failure_kind, "message": out.message}
+            self.seen[key] = {"state": TrialMark.FAIL, "kind": out.failure_kind, "message": out.message}
             self._count_failure(out.failure_kind, out.message, new=True)
             self.history.append(None)
         if self.summaries:
@@ -964,10 +973,10 @@ class _Loop:
         trial.set_user_attr(A_RUN, True)
         trial.set_user_attr(A_OUT, _finite_or_none(out.as_dict()))
         if out.ok:
-            trial.set_user_attr(A_STATE, "ok")
+            trial.set_user_attr(A_STATE, TrialMark.OK)
             self._tell(trial, float(out.timing["median_us"]), feasible=True)
         else:
-            trial.set_user_attr(A_STATE, "fail")
+            trial.set_user_attr(A_STATE, TrialMark.FAIL)
             trial.set_user_attr(A_KIND, out.failure_kind)
             trial.set_user_attr(A_MSG, out.message[:2000])
             self._tell_infeasible(trial)
@@ -979,7 +988,7 @@ class _Loop:
         try:
             self.store.add_trial_summary(
                 self.study.study_name, self.kernel, self.device, self.axes, trial.number,
-                "complete" if out.ok else "fail", cfg,
+                TrialStatus.COMPLETE if out.ok else TrialStatus.FAIL, cfg,
                 out.timing.get("median_us") if out.ok else None,
                 out.failure_kind, out.message or None, extra, job_id=self.job_id)
         except LeaseLost:
@@ -989,7 +998,7 @@ class _Loop:
                         trial.number, exc)
 
     # -- results ---------------------------------------------------------------------------
-    def result(self, stopped: str, warm: int) -> CaseResult:
+    def result(self, stopped: StopReason, warm: int) -> CaseResult:
         best = self.best
         return CaseResult(
             kernel=self.kernel, axes=dict(self.axes), device=self.device,
@@ -1027,5 +1036,5 @@ def _finite_or_none(d: Any) -> Any:
     return d
 
 
-__all__ = ["tune_case", "TuneOptions", "TuneHooks", "study_name", "CaseResult", "TuneError", "SAMPLERS", "make_sampler",
+__all__ = ["tune_case", "TuneOptions", "TuneHooks", "study_name", "CaseResult", "TuneError", "SAMPLERS", "StopReason", "TrialMark", "make_sampler",
            "make_storage", "RetryingRDBStorage", "fail_running_trials", "warm_start_configs", "warm_start_picks", "prefetch_case"]

@@ -24,13 +24,13 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from kernelsearch import kernels
 from kernelsearch.db.interfaces import ServiceStore
 
-from kernelsearch.db.statuses import ACTIVE_STATUSES, JOB_STATUSES
+from kernelsearch.db.statuses import ACTIVE_STATUSES, JOB_STATUSES, JobStatus, TrialStatus
 from kernelsearch.db.views import WORKER_VERSIONS
 
 from .charts import PALETTE, Series, make_chart, microseconds
 from .lookups import run_read
 from .settings import Settings
-from .views import case_work_or_none, current_versions, job_json, record_json
+from .views import case_work, current_versions, job_json, record_json
 
 _env = Environment(
     loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -136,7 +136,7 @@ def has_torch_reference(kernel: str | None) -> bool:
 
 def _decorate(r: dict[str, Any], reported: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     lat = r.get("latency_us")
-    r["work"] = case_work_or_none(r["kernel"], r["case"])
+    r["work"] = case_work(r["kernel"], r["case"])
     r["has_reference"] = has_torch_reference(r["kernel"])
     if r["has_reference"]:
         r["eager_us"] = r.get("eager_latency_us") or _times(lat, r.get("speedup_eager"))
@@ -215,7 +215,7 @@ def _history_chart(trials: list[dict[str, Any]], title: str) -> Any:
 
 
 def _failed(t: dict[str, Any]) -> bool:
-    return str(t.get("state", "")).lower() != "complete"
+    return str(t.get("state", "")).lower() != TrialStatus.COMPLETE
 
 
 def _trial_rows(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -276,7 +276,7 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
     start, end = _parse_time(j.get("started_at")), _parse_time(j.get("finished_at"))
     j["elapsed"] = _duration(((end or now) - start).total_seconds()) if start else ""
     cur = j.get("current_case") or {}
-    j["current_label"] = _axes_label(cur["axes"]) if j.get("status") == "running" and cur.get("axes") else ""
+    j["current_label"] = _axes_label(cur["axes"]) if j.get("status") == JobStatus.RUNNING and cur.get("axes") else ""
     bests = [c.get("best_latency_us") for c in ((j.get("best") or {}).get("cases") or [])]
     bests.append(cur.get("best_latency_us"))
     found = [b for b in bests if isinstance(b, (int, float))]
@@ -459,7 +459,7 @@ def render_kernel(store: ServiceStore, settings: Settings, name: str, query: Map
     rows = []
     for key, c in cases.items():
         c["label"] = _axes_label(c["axes"])
-        c["work"] = case_work_or_none(k, c["axes"])
+        c["work"] = case_work(k, c["axes"])
         c["records"] = [best.get((d, key)) for d in devices]
         c["tune_url"] = kernel_url(k.name, **c["axes"]) + "#tune"
         c["value"] = json.dumps(c["axes"], sort_keys=True)

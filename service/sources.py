@@ -44,7 +44,7 @@ class StoreSource:
             return near(other) if near is not None else float("inf")
 
         try:
-            got = self._find(key.kernel, key.device, key.axes_dict, 0.0, distance)
+            got = self._find(key.kernel, key.device, key.axes_dict, distance)
         except SourceUnavailable:
             raise
         except Exception as exc:

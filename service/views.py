@@ -1,7 +1,7 @@
 """What the API and the dashboard show of records, jobs and cases, in one place.
 
 Both render the same record (RecordOut's fields with `case`, `latency_us` and `versions`) and the
-same job; `case_work` is a case's size as "nearest" compares it (KernelDef.work).
+same job, and a case's size as the dashboard lists it.
 """
 from __future__ import annotations
 
@@ -25,19 +25,14 @@ def current_versions(kernel: str) -> dict[str, str | None]:
             "source_hash": kernels.get_kernel(kernel).source_hash}
 
 
-def case_work(kernel: str | kernels.KernelDef, axes: Mapping[str, Any]) -> int:
-    """The size nearest-case lookups compare: the bytes a case moves (KernelDef.work)."""
-    kdef = kernels.get_kernel(kernel) if isinstance(kernel, str) else kernel
-    return int(kdef.work(axes))
-
-
-def case_work_or_none(kernel: str | kernels.KernelDef | None, axes: Mapping[str, Any]) -> int | None:
-    """case_work, or None where it cannot be known (a kernel this code no longer has, axes its
-    size function refuses): a listing still shows such a record."""
+def case_work(kernel: str | kernels.KernelDef | None, axes: Mapping[str, Any]) -> int | None:
+    """A case's size as "nearest" compares it (KernelDef.work), for listings; None where it
+    cannot be known (a kernel this code no longer has, axes its size function refuses)."""
     if kernel is None:
         return None
     try:
-        return case_work(kernel, axes)
+        kdef = kernels.get_kernel(kernel) if isinstance(kernel, str) else kernel
+        return int(kdef.work(axes))
     except Exception:
         return None
 

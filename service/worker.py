@@ -21,16 +21,21 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Self
+from typing import TYPE_CHECKING, Any, Callable, Self
 
 from kernelsearch.db.engine import is_transient, retrying
 from kernelsearch.db.errors import LeaseLost, StoreError, StoreUnavailable
 from kernelsearch.db.interfaces import JobQueue, Lease, WorkerStore
+from kernelsearch.db.statuses import JobStatus
 from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
+from kernelsearch.search_space.states import CUT_SHORT
 
 from .metrics import Metrics
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from kernelsearch.search_space.tuner import CaseResult
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +113,7 @@ class _CancelWatch(_Periodic):
         except StoreError as exc:  # the lease decides about an unreachable database
             log.debug("cancel check of job %s failed: %s", self.job_id, exc)
             return False
-        if job is not None and job.status == "cancelled":
+        if job is not None and job.status == JobStatus.CANCELLED:
             self.cancelled.set()
             return True
         return False
@@ -189,8 +194,9 @@ class Worker:
                 log.warning("worker %s left job %s: %s", self.owner, job.id, exc)
                 return True
         if status is None:
-            why = "cancelled" if self._cancelled(job.id) else "lease lost or worker stopping"
-            if why != "cancelled" and self._hand_back(held):
+            cancelled = self._cancelled(job.id)
+            why = "cancelled" if cancelled else "lease lost or worker stopping"
+            if not cancelled and self._hand_back(held):
                 why += "; handed back to the queue"
             log.info("worker %s left job %s: %s", self.owner, job.id, why)
             return True
@@ -249,9 +255,9 @@ class Worker:
             job = self.store.get_job(job_id)
         except StoreError:
             return False
-        return job is not None and job.status == "cancelled"
+        return job is not None and job.status == JobStatus.CANCELLED
 
-    def _run_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[str | None, str | None]:
+    def _run_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
         """(final status, error), or (None, None) when the job must be left as it is; LeaseLost
         from any write once another worker holds the job."""
         from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
@@ -266,11 +272,11 @@ class Worker:
             resolve(job.kernel)
         except KernelSearchError as exc:
             # A kernel this worker cannot import fails its job, not the worker.
-            return "failed", f"kernel {job.kernel!r} is not available on worker {self.owner}: {exc}"
+            return JobStatus.FAILED, f"kernel {job.kernel!r} is not available on worker {self.owner}: {exc}"
         try:
             device = self.runner.device_name
         except Exception as exc:
-            return "failed", f"trial runner did not start: {type(exc).__name__}: {exc}"
+            return JobStatus.FAILED, f"trial runner did not start: {type(exc).__name__}: {exc}"
         best: dict[str, Any] = dict(job.best or {})
         results: list[dict[str, Any]] = list(best.get("cases", []))
         done_before = 0
@@ -305,7 +311,7 @@ class Worker:
             if not self._claim_study(study, held, should_stop):
                 break
             try:
-                result = self._tune_retrying(tune, should_stop)
+                result: CaseResult = self._tune_retrying(tune, should_stop)
             except LeaseLost:
                 raise
             except Exception as exc:
@@ -313,7 +319,7 @@ class Worker:
                     log.warning("job %s: case %s left after database failures: %s", job.id, axes, exc)
                     return None, None
                 log.exception("job %s: case %s failed", job.id, axes)
-                return "failed", f"case {axes}: {type(exc).__name__}: {exc}"
+                return JobStatus.FAILED, f"case {axes}: {type(exc).__name__}: {exc}"
             finally:
                 self._release_study(study, held)
             summary = case_summary(axes, result)
@@ -329,19 +335,19 @@ class Worker:
                 raise
             if self.on_records_changed is not None:
                 self.on_records_changed()
-            if summary["stopped_because"] in ("cancelled", "timeout"):
+            if result.stopped_because.cut_short:
                 break
         if lease.lost.is_set() or self.stop_event.is_set() or self._job_cancelled():
             return None, None
         if deadline is not None and time.monotonic() >= deadline:
-            finished = sum(1 for r in results if r["stopped_because"] not in ("cancelled", "timeout"))
+            finished = sum(1 for r in results if r["stopped_because"] not in CUT_SHORT)
             if finished < len(job.cases):
-                return "failed", (f"timed out after {job.timeout_s:g} s with {finished} of "
+                return JobStatus.FAILED, (f"timed out after {job.timeout_s:g} s with {finished} of "
                                   f"{len(job.cases)} cases fully tuned (their records are kept)")
         if not any(r.get("best_latency_us") is not None for r in results):
             why = "; ".join(f"case {r['axes']}: {r['failures']}" for r in results if r.get("failures"))
-            return "failed", f"no valid config found: {why or 'every trial failed'}"
-        return "succeeded", None
+            return JobStatus.FAILED, f"no valid config found: {why or 'every trial failed'}"
+        return JobStatus.SUCCEEDED, None
 
     def _job_cancelled(self) -> bool:
         """Asked while a trial runs: a cancelled job stops it now (a SIGTERM lets it end)."""
@@ -368,7 +374,7 @@ def _study_of(kernel: str, axes: dict[str, int], device: str) -> str | None:
         return None
 
 
-def case_summary(axes: dict[str, int], result: Any) -> dict[str, Any]:
+def case_summary(axes: dict[str, int], result: CaseResult) -> dict[str, Any]:
     """A job's view of one tuned case (from the tuner's CaseResult)."""
     return {
         "axes": dict(axes),

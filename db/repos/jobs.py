@@ -17,7 +17,7 @@ from ..checks import axes_key, check_int, check_name, check_number, check_status
 from ..errors import Conflict, LeaseLost
 from ..interfaces import Lease
 from ..models import Job, Kernel, StudyClaim, utcnow
-from ..statuses import ACTIVE_STATUSES, FINISHED_STATUSES
+from ..statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JobStatus
 from ..views import JobView
 from ._base import RepoBase, hold_job, lease_lost, rowcount
 
@@ -32,7 +32,7 @@ class JobRepo(RepoBase):
             n_trials=job.n_trials,
             sampler=job.sampler,
             timeout_s=job.timeout_s,
-            status=job.status,
+            status=JobStatus(job.status),
             trials_done=job.trials_done,
             device=job.device,
             best=job.best,
@@ -103,7 +103,7 @@ class JobRepo(RepoBase):
                 if same.timeout_s == limit_s and [axes_key(dict(c)) for c in same.cases] == wanted:
                     return self._job_view(same, kernel), True
             if max_queued is not None:
-                queued = s.execute(select(func.count()).where(Job.status == "queued")).scalar_one()
+                queued = s.execute(select(func.count()).where(Job.status == JobStatus.QUEUED)).scalar_one()
                 if queued >= max_queued:
                     raise Conflict(
                         f"{queued} jobs are already queued (limit {max_queued}); "
@@ -115,7 +115,7 @@ class JobRepo(RepoBase):
                 n_trials=n_trials,
                 sampler=sampler,
                 timeout_s=limit_s,
-                status="queued",
+                status=JobStatus.QUEUED,
                 trials_done=0,
                 attempts=0,
                 created_at=utcnow(),
@@ -185,8 +185,8 @@ class JobRepo(RepoBase):
             now = utcnow()
             cutoff = now - timedelta(seconds=float(lease_seconds))
             claimable = or_(
-                Job.status == "queued",
-                and_(Job.status == "running", or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < cutoff)),
+                Job.status == JobStatus.QUEUED,
+                and_(Job.status == JobStatus.RUNNING, or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < cutoff)),
             )
             pick = (
                 select(Job.id)
@@ -200,7 +200,7 @@ class JobRepo(RepoBase):
                 update(Job)
                 .where(Job.id == pick, claimable)
                 .values(
-                    status="running",
+                    status=JobStatus.RUNNING,
                     owner=owner,
                     heartbeat_at=now,
                     started_at=func.coalesce(Job.started_at, now),
@@ -217,7 +217,7 @@ class JobRepo(RepoBase):
     def _held(self, lease: Lease) -> Any:
         """The job row while `lease` holds it: running, and claimed by no one since."""
         return and_(Job.id == lease.job_id, Job.attempts == lease.token, Job.owner == lease.owner,
-                    Job.status == "running")
+                    Job.status == JobStatus.RUNNING)
 
     def _write_held(self, s: Session, lease: Lease, values: dict[str, Any]) -> None:
         """The UPDATE of a job `lease` holds, checked in its own WHERE: LeaseLost, and nothing
@@ -250,7 +250,7 @@ class JobRepo(RepoBase):
         re-claimed meanwhile."""
 
         def tx(s: Session) -> None:
-            self._write_held(s, lease, {"status": "queued", "owner": None, "heartbeat_at": None})
+            self._write_held(s, lease, {"status": JobStatus.QUEUED, "owner": None, "heartbeat_at": None})
             s.execute(delete(StudyClaim).where(self._claims_of(lease)))
 
         self._tx(tx, write=True)
@@ -286,13 +286,13 @@ class JobRepo(RepoBase):
         check_int(trials_done, "trials_done", minimum=0)
         stmt = (update(Job)
                 .where(Job.id == lease.job_id, Job.owner == lease.owner,
-                       Job.attempts == lease.token, Job.status == "cancelled")
+                       Job.attempts == lease.token, Job.status == JobStatus.CANCELLED)
                 .values(best=best, trials_done=sa_case((Job.trials_done > trials_done, Job.trials_done),
                                                        else_=trials_done))
                 .execution_options(synchronize_session=False))
         return self._tx(lambda s: rowcount(s.execute(stmt)) == 1, write=True)
 
-    def finish_job(self, lease: Lease, status: str, error: str | None = None) -> None:
+    def finish_job(self, lease: Lease, status: JobStatus, error: str | None = None) -> None:
         """Close a job `lease` holds; LeaseLost when it was cancelled or re-claimed meanwhile."""
         check_status(status, "status", FINISHED_STATUSES)
         values = {"status": status, "error": error, "finished_at": utcnow()}
@@ -305,7 +305,7 @@ class JobRepo(RepoBase):
             s.execute(
                 update(Job)
                 .where(Job.id == job_id, Job.status.in_(ACTIVE_STATUSES))
-                .values(status="cancelled", finished_at=utcnow())
+                .values(status=JobStatus.CANCELLED, finished_at=utcnow())
                 .execution_options(synchronize_session=False)
             )
             return self._load_job(s, job_id)

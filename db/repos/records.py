@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from ..checks import axes_key, check_int, check_number
+from ..checks import axes_key, check_int
 from ..errors import NotFound
 from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow
-from ..statuses import UPLOAD_ORIGIN
+from ..statuses import RecordOrigin
 from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView, Withdrawal
 from ..wire import validated_record
 from ._base import RepoBase, rowcount
@@ -46,7 +46,7 @@ def rank(origin: str, latency_median_us: float) -> tuple[bool, float]:
     """A record's standing on its key, lowest first: a record measured by this deployment (a
     worker's, or imported from one) before any upload, then the faster median. So an upload
     never outranks a worker's record, and a worker's record replaces an upload."""
-    return origin == UPLOAD_ORIGIN, latency_median_us
+    return origin == RecordOrigin.UPLOAD, latency_median_us
 
 
 # The references (and the speedups over them) a re-import may give a record stored without them.
@@ -193,15 +193,18 @@ class RecordRepo(RepoBase):
         return self._tx(tx, write=True)
 
     def find_best(
-        self, kernel: str, device: str, axes: dict[str, Any], work: float,
+        self, kernel: str, device: str, axes: dict[str, Any],
         distance: Callable[[dict[str, Any], float], float],
     ) -> tuple[RecordView, str] | None:
         """The current record for exactly these axes ("exact"), else the current record of the
         same kernel and device nearest to them ("nearest"). "Nearest" is the kernel's own
-        definition (`KernelDef.distance`), passed as `distance(axes, work)` of a candidate, where
-        an infinite distance means never (another dtype, say): the store has none of its own."""
+        definition (`KernelDef.distance`), passed as `distance(axes, work)` of a candidate (the
+        query's own size is the caller's to know), where an infinite distance means never
+        (another dtype, say): the store has none of its own."""
         key = axes_key(axes)
-        check_number(work, "work", finite=True)
+        if not callable(distance):
+            raise ValueError(f"distance: expected a callable (axes, work) -> float, got {distance!r}")
+
         def q(s: Session) -> tuple[RecordView, str] | None:
             base = self._records_query().where(
                 Kernel.name == kernel, Device.name == device, Record.is_current.is_(True)

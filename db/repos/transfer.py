@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..checks import axes_key
+from ..statuses import TrialStatus
 from ..models import Case, Device, Kernel, TrialSummary, utcnow
 from ..views import ImportReport
 from ..wire import (EXPORT_MESSAGE_CHARS, EXPORT_SCHEMA, EXPORT_VERSION, TRIAL_STATES, EntryCheck,
@@ -69,7 +70,7 @@ class TransferRepo(RecordRepo):
                         "number": t.trial_number,
                         "state": state,
                         "config": t.config,
-                        "latency_median_us": t.latency_median_us if state == "complete" else None,
+                        "latency_median_us": t.latency_median_us if state == TrialStatus.COMPLETE else None,
                         "failure_kind": t.failure_kind,
                         "message": msg,
                     })

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 from kernelsearch.db import errors as dberr
-from kernelsearch.db.statuses import FINISHED_STATUSES
+from kernelsearch.db.statuses import FINISHED_STATUSES, JobStatus
 
 from .. import schemas
 from ..deps import SettingsDep, StoreDep, require_writer
@@ -19,7 +19,7 @@ router = APIRouter(tags=["jobs"])
 
 # Cancelling a cancelled job answers it again; one that ended otherwise (succeeded, failed) is a
 # conflict.
-_ENDED = tuple(s for s in FINISHED_STATUSES if s != "cancelled")
+_ENDED = tuple(s for s in FINISHED_STATUSES if s != JobStatus.CANCELLED)
 
 
 @router.post("/v1/jobs", status_code=202, response_model=schemas.JobSubmitted,

@@ -46,7 +46,7 @@ def test_concurrent_upserts_keep_the_best_record(store: Store) -> None:
     current = [r for r in history if r.is_current]
     assert len(current) == 1 and current[0].latency_median_us == min(lats)
     axes = {"total_patches": 64}
-    assert store.find_best(KERNEL, DEVICE, axes, 1.0, nearest_to(axes))[0].id == current[0].id
+    assert store.find_best(KERNEL, DEVICE, axes, nearest_to(axes))[0].id == current[0].id
     by_id = {r.id: r for r in history}
     improved_ids = {rid for rid, _, imp in results if imp}
     assert current[0].id in improved_ids

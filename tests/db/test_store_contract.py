@@ -253,7 +253,7 @@ def test_find_best_exact_and_nearest(store: Store) -> None:
     large, _ = store.upsert_best(make_record(9.0, axes={"total_patches": 1024}, work=9000.0))
     store.upsert_best(make_record(1.0, axes={"total_patches": 64}, device="other GPU"))
     def best(axes, work, kernel=KERNEL, device=DEVICE):
-        return store.find_best(kernel, device, axes, work, nearest_to(axes))
+        return store.find_best(kernel, device, axes, nearest_to(axes))
 
     hit = best({"total_patches": 64}, work=1000.0)
     assert hit[1] == "exact" and hit[0].id == small.id
@@ -273,12 +273,12 @@ def test_nearest_is_the_kernels_log_ratio_over_many_records(store: Store) -> Non
         ids[p] = store.upsert_best(make_record(3.0, axes={"total_patches": p}))[0].id
     for query, want in ((150, 256), (600, 1024), (1900, 1024), (3000, 4096), (40, 64), (9000, 4096)):
         axes = {"total_patches": query}
-        got = store.find_best(KERNEL, DEVICE, axes, float(query), nearest_to(axes))
+        got = store.find_best(KERNEL, DEVICE, axes, nearest_to(axes))
         assert got is not None and got[1] == "nearest" and got[0].id == ids[want], (query, want)
     # 600 patches is nearer 256 by difference (344 against 424), nearer 1024 by ratio.
     assert abs(600 - 256) < abs(1024 - 600)
     # A distance that says "never" (another category) leaves nothing to serve.
-    assert store.find_best(KERNEL, DEVICE, {"total_patches": 600}, 600.0,
+    assert store.find_best(KERNEL, DEVICE, {"total_patches": 600},
                            lambda _ax, _w: float("inf")) is None
 
 
@@ -464,7 +464,7 @@ def test_each_repository_stands_alone(db_url: str) -> None:
         assert isinstance(records, interfaces.RecordRepository)
         assert not isinstance(records, interfaces.JobQueue)
         view, improved = records.upsert_best(make_record(10.0))
-        assert improved and records.find_best(KERNEL, DEVICE, view.axes, view.work,
+        assert improved and records.find_best(KERNEL, DEVICE, view.axes,
                                               nearest_to(view.axes))[0].id == view.id
         assert records.has_records() and records.records_version() == 1
     with JobRepo(db_url) as jobs:

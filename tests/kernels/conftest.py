@@ -25,6 +25,10 @@ if str(EXAMPLE) not in sys.path:
 kernels.registry.load_module("ks_matmul_example.declaration")
 
 ON_GPU = torch.cuda.is_available()
+# Choices a kernel accepts that the correctness gate never certifies on its whole input domain
+# (the RoPE kernels' unreduced fast sin/cos: test_domain.py shows the gate refusing it; the search
+# spaces leave it out): sampled configs never hold them.
+UNCERTIFIED = {"TRIG": ("approx",)}
 
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU; the same checks run under the interpreter")
 
@@ -47,8 +51,8 @@ def _sample_configs(k: KernelDef, n: int, seed: int) -> list[dict]:
     # every value of every parameter at least once, the rest at default
     for p in k.params:
         for v in p.choices:
-            if v in k.off_case.get(p.name, {}):
-                continue  # accepted, but never served as is (the kernel names its replacement)
+            if v in UNCERTIFIED.get(p.name, ()):
+                continue  # accepted, but the gate never certifies it on the whole domain
             cfg = dict(k.default_config)
             for q in k.params:
                 if q.requires and not q.active({**cfg, p.name: v}):
@@ -64,7 +68,7 @@ def _sample_configs(k: KernelDef, n: int, seed: int) -> list[dict]:
     extra: list[dict] = []
     while len(extra) < n and tries < 50 * n:
         tries += 1
-        cfg = {p.name: rng.choice([c for c in p.choices if c not in k.off_case.get(p.name, {})])
+        cfg = {p.name: rng.choice([c for c in p.choices if c not in UNCERTIFIED.get(p.name, ())])
                for p in k.params}
         cfg = {name: v for name, v in cfg.items() if k.param(name).active(cfg)}
         try:
@@ -96,7 +100,7 @@ def _covering_configs(k: KernelDef) -> list[dict]:
     one-value-at-a-time configs of `_sample_configs`, cycles (config i takes each parameter's
     i-th value, one conditional parameter's requirements set in turn) and seeded random ones."""
     def served(p) -> list:
-        return [c for c in p.choices if c not in k.off_case.get(p.name, {})]
+        return [c for c in p.choices if c not in UNCERTIFIED.get(p.name, ())]
 
     def valid(cfg: dict) -> dict | None:
         cfg = {name: v for name, v in cfg.items() if k.param(name).active(cfg)}

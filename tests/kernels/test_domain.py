@@ -188,30 +188,6 @@ def test_a_fixed_sum_words_are_clean_after_a_persistent_launch():
         assert res.ok, (P, res.detail)
 
 
-def test_a_stored_uncertified_choice_is_not_run_even_on_its_own_shape():
-    """A record from before the domain (`approx`, faster, so still current) runs with the range
-    reduction on its own shape: the gate never certifies unreduced fast sin/cos."""
-    from kernelsearch.kernels import provider
-    from kernelsearch.kernels.resolve import Found, Match, Resolver
-    from kernelsearch.kernels.vision_rope3d_spatial_merge_bwd import KERNEL as B
-
-    class Old:
-        name = "old"
-
-        def get(self, key, near, fresh):
-            return Found({"num_warps": 2, "TRIG": "approx"}, Match.EXACT, self.name)
-
-        def known(self, key, near):
-            return None
-
-    provider.set_resolver(Resolver([Old()]))
-    try:
-        got = B.resolve_config({"seq_len": 3}, torch.device("cpu"))
-    finally:
-        provider.set_resolver(None)
-    assert got["TRIG"] == "approx_rr" and got["num_warps"] == 2
-
-
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [{}, HYBRID_CONFIGS[1],

@@ -35,7 +35,7 @@ def _near(axes):
 def _config(resolver: Resolver, axes, device=H200):
     """What get_kernel's lookup would run: the resolver's answer with the kernel's own nearest."""
     got = resolver.resolve(Key.of(KB, axes, device), near=_near(axes))
-    return None if got is None else kernels.get_kernel(KB).for_other_shape(got.config)
+    return None if got is None else got.config
 
 
 @pytest.fixture
@@ -168,22 +168,22 @@ def test_a_store_blip_on_the_get_kernel_path_is_not_cached_as_a_miss(sqlite_stor
         kprovider.set_resolver(None)
 
 
-def test_a_fast_sin_cos_is_kept_only_for_the_case_it_was_checked_on(sqlite_store: Store) -> None:
-    """`approx` passed the check on its record's own angles; another shape gets range reduction,
-    from the store, from the service and from what the service taught while it is down."""
-    fast = {"ROWS": 1, "TRIG": "approx"}
-    sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=fast))
+def test_a_nearest_record_is_served_as_it_is_stored(sqlite_store: Store) -> None:
+    """Another shape gets the nearest record's config unchanged: from the store, from the service
+    and from what the service taught while it is down."""
+    cfg = {"ROWS": 1, "TRIG": "precise"}
+    sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=cfg))
     local = Resolver([StoreSource(sqlite_store)])
-    assert _config(local, {"seq_len": 256}) == {"ROWS": 1, "TRIG": "approx_rr"}
-    assert _config(local, {"seq_len": 3000}) == {"ROWS": 1, "TRIG": "approx_rr"}
+    assert _config(local, {"seq_len": 256}) == cfg
+    assert _config(local, {"seq_len": 3000}) == cfg
     app = create_app(settings_for(sqlite_store.url), store=sqlite_store)
     with LiveServer(app) as s:
         remote = Resolver([ServiceSource(Client(s.url, timeout=2))])
-        got = remote.resolve(Key.of(KB, {"seq_len": 256}, H200), near=_near({"seq_len": 256}))
-        assert got is not None and got.config == fast
-        assert _config(remote, {"seq_len": 3000})["TRIG"] == "approx_rr"
+        assert _config(remote, {"seq_len": 256}) == cfg
+        assert _config(remote, {"seq_len": 3000}) == cfg
         s.stop()
-        assert _config(remote, {"seq_len": 2000})["TRIG"] == "approx_rr"
+        assert _config(remote, {"seq_len": 256}) == cfg
+        assert _config(remote, {"seq_len": 2000}) == cfg
         remote.sources[0].close()
 
 

@@ -152,7 +152,7 @@ def build_lookups(url: str, device: str) -> list[Lookup]:
                     axes = kernel.validate_axes(axes)
                 except ValueError:
                     continue
-                found = store.find_best(r.kernel, device, axes, float(kernel.bytes_moved(axes)),
+                found = store.find_best(r.kernel, device, axes,
                                         distance=lambda other, _w, k=kernel, a=axes: k.distance(a, other))
                 if found is None:
                     raise LoadTestError(f"store finds no record for {r.kernel} {axes}")

@@ -240,8 +240,11 @@ class Backends:
         except SourceUnavailable:
             return None
 
-    def submit_once(self, key: Key, n_trials: int, opts: Options) -> None:
-        """Queue one grid job over the pruned configs for this key (service first, else store)."""
+    def submit_once(self, key: Key, n_trials: int, opts: Options,
+                    capture: Mapping[str, Any] | None = None,
+                    definition: Mapping[str, Any] | None = None) -> None:
+        """Queue one grid job over the pruned configs for this key (service first, else store);
+        an undeclared kernel's job carries its call's `capture`, its `definition` registered first."""
         with self._lock:
             if key in self._submitted:
                 return
@@ -252,7 +255,10 @@ class Backends:
             from .client import ClientError
 
             try:
-                self._client.submit_job(key.kernel, cases, n_trials=n_trials, sampler="grid")
+                if definition is not None:
+                    self._client.register_kernel(definition)
+                self._client.submit_job(key.kernel, cases, n_trials=n_trials, sampler="grid",
+                                        capture=capture)
                 return
             except ClientError as exc:
                 if not 0 < exc.status < 500:
@@ -262,7 +268,10 @@ class Backends:
                 self._service_failed(exc, opts.retry_s)
         if self._store is not None:
             try:
-                self._store.create_job(key.kernel, cases, n_trials, "grid")
+                if definition is not None:
+                    self._store.save_definition(key.kernel, dict(definition))  # type: ignore[attr-defined]
+                self._store.create_job(key.kernel, cases, n_trials, "grid",  # type: ignore[attr-defined]
+                                       capture=dict(capture) if capture is not None else None)
                 return
             except Exception as exc:
                 log.warning("could not queue a tuning job for %s %s: %s", key.kernel, cases, exc)
@@ -727,11 +736,35 @@ class Autotuner(TritonAutotuner):
         axes = case.axes_dict
         return lambda other: kdef.distance(axes, dict(other))
 
+    def _capture(self, kwargs: dict) -> dict[str, Any] | None:
+        """This call as data for a worker (kernels.capture), None when it cannot travel."""
+        from kernelsearch.kernels.capture import CaptureError, capture_call
+
+        named = {k: v for k, v in {**self.nargs, **kwargs}.items() if k in self.arg_names
+                 and k not in self._meta_names}
+        constexprs = [self.arg_names[i] for i in getattr(_jit_of(self), "constexprs", ())]
+        try:
+            return capture_call(named, constexprs, [c.all_kwargs() for c in self.configs],
+                                kwargs.get("grid")).as_json()
+        except CaptureError as exc:
+            self._tell("capture", logging.INFO, "%s: this call cannot be sent to the workers "
+                       "(%s); it runs the fallback config until a record lands", self._name(), exc)
+            return None
+        except Exception as exc:  # a grid that fails on another config: no job, never a failed call
+            self._tell("capture", logging.INFO, "%s: no capture of this call (%s: %s)",
+                       self._name(), type(exc).__name__, exc)
+            return None
+
     def _lookup(self, key: tuple, case: Key, opts: Options, kwargs: dict) -> Resolution | None:
         n_trials = len(self.prune_configs(kwargs))
         near = self._near(case)
-        # Workers tune an undeclared kernel from a call's capture, which this process does not send.
-        submit = opts.submit_jobs and self.kernel_def is not None
+        # Workers tune an undeclared kernel from a call's capture, sent in the opt-in modes (the
+        # default tunes here and shares the result).
+        capture = (self._capture(kwargs) if opts.submit_jobs and self.kernel_def is None
+                   and opts.fallback is not Fallback.TUNE else None)
+        submit = opts.submit_jobs and (self.kernel_def is not None or capture is not None)
+        if capture is not None:
+            n_trials = len(self.configs)
         # Imports and clients are local work, bounded whatever the service does: done here, so
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
@@ -739,7 +772,9 @@ class Autotuner(TritonAutotuner):
         def task() -> Found | None:
             found = BACKENDS.lookup(case, opts, near=near)
             if submit and (found is None or found.match is not Match.EXACT):
-                BACKENDS.submit_once(case, n_trials, opts)
+                BACKENDS.submit_once(case, n_trials, opts, capture=capture,
+                                     definition=self.undeclared.definition.as_json()
+                                     if capture is not None and self.undeclared else None)
             return found
 
         fut = _in_background(task)

@@ -143,6 +143,9 @@ class JobCreate(BaseModel):
     sampler: str | None = Field(None, max_length=32, description="Optuna sampler; default tpe")
     timeout_s: float | None = Field(None, gt=0, le=30 * 86400,
                                     description="wall-clock limit of the whole job")
+    capture: dict[str, Any] | None = Field(
+        None, description="an undeclared kernel's call to tune on (kernels.capture.Capture as "
+                          "JSON: arguments and a grid per config); its job has that one case")
 
 
 class JobOut(BaseModel):
@@ -160,6 +163,7 @@ class JobOut(BaseModel):
     best: Any = None
     error: str | None = None
     current_case: dict[str, Any] | None = None
+    captured: bool = Field(False, description="the job tunes on a call's capture")
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None

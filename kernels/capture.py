@@ -139,9 +139,9 @@ class Capture:
             if a.name not in defn.arg_names:
                 raise CaptureError(f"capture.args: {a.name!r} is not an argument of {defn.name} "
                                    f"({', '.join(defn.arg_names)})")
-        if len(self.grids) != len(defn.configs):
-            raise CaptureError(f"capture.grids: {len(self.grids)} grids for {len(defn.configs)} "
-                               f"configs")
+        n = len(defn.configs) + len(defn.search_space)
+        if len(self.grids) != n:
+            raise CaptureError(f"capture.grids: {len(self.grids)} grids for {n} configs")
 
     def case_axes(self, defn: Definition) -> dict[str, Any] | None:
         """The record axes of the captured call (what `Definition.case_axes` gives the call)."""
@@ -365,7 +365,7 @@ class CapturedKernel(UndeclaredKernel):
 
     def _grid(self, config: Mapping[str, Any]) -> tuple[int, int, int]:
         """The captured grid of a config: the listed config it completes (defaults added)."""
-        for i, c in enumerate(self.definition.configs):
+        for i, c in enumerate((*self.definition.configs, *self.definition.search_space)):
             if all(k in config and config[k] == v for k, v in c.items()):
                 return self.capture.grids[i]
         raise CaptureError(f"config {dict(config)} is not one of {self.name}'s configs")

@@ -367,6 +367,7 @@ def undeclared_kernel(tuner: TritonAutotuner, named: Mapping[str, Any],
         arg_names=tuple(tuner.arg_names), key=tuple(k for k in tuner.keys if k in named),
         dtype_args=tensor_args(named, tuple(tuner.keys)),
         configs=tuple(canonical(c) for c in tuner.configs), source_hash=source_hash,
+        search_space=tuple(canonical(c) for c in getattr(tuner, "search_space", ())),
         description=(base.__doc__ or "").strip().split("\n")[0][:200])
     und = kernel_def(defn)
     from kernelsearch.kernels import registry
@@ -492,10 +493,17 @@ class Autotuner(TritonAutotuner):
 
     def __init__(self, fn: Any, arg_names: list[str], configs: list[Config], key: list[str],
                  *args: Any, name: str | None = None,
-                 reference: Callable[..., Any] | None = None, **kwargs: Any) -> None:
+                 reference: Callable[..., Any] | None = None,
+                 search_space: Sequence[Config] | None = None, **kwargs: Any) -> None:
         super().__init__(fn, arg_names, configs, key, *args, **kwargs)
         self.kernel_name = name
         self.reference = reference
+        # Configs a worker may search beyond the list (an undeclared kernel's captured calls).
+        self.search_space = list(search_space or ())
+        for i, c in enumerate(self.search_space):
+            if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
+                raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "
+                                 f"configs' meta-parameters {sorted(configs[0].kwargs)}")
         self.kernel_def: DecoratedKernel | None = None
         self.sources: dict[tuple, Source] = {}
         self._resolved: dict[tuple, Resolution] = {}
@@ -709,7 +717,10 @@ class Autotuner(TritonAutotuner):
         stored = {k: (math.inf if v is None else float(v))
                   for k, v in (found.timings or {}).items() if k in by_key}
         winner = canonical_key(found.config)
-        if winner in by_key and len(stored) == len(by_key):
+        # A winner from `search_space` (a worker searched beyond the list) is served too, once
+        # the record measured the whole list.
+        beyond = {canonical_key(c) for c in self.search_space}
+        if (winner in by_key or winner in beyond) and len(stored) == len(by_key):
             return res
         if not stored:
             return None  # a record of another config list: not this one's
@@ -744,7 +755,8 @@ class Autotuner(TritonAutotuner):
                  and k not in self._meta_names}
         constexprs = [self.arg_names[i] for i in getattr(_jit_of(self), "constexprs", ())]
         try:
-            return capture_call(named, constexprs, [c.all_kwargs() for c in self.configs],
+            return capture_call(named, constexprs,
+                                [c.all_kwargs() for c in [*self.configs, *self.search_space]],
                                 kwargs.get("grid")).as_json()
         except CaptureError as exc:
             self._tell("capture", logging.INFO, "%s: this call cannot be sent to the workers "
@@ -764,7 +776,7 @@ class Autotuner(TritonAutotuner):
                    and opts.fallback is not Fallback.TUNE else None)
         submit = opts.submit_jobs and (self.kernel_def is not None or capture is not None)
         if capture is not None:
-            n_trials = len(self.configs)
+            n_trials = len(self.configs) + len(self.search_space)
         # Imports and clients are local work, bounded whatever the service does: done here, so
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
@@ -1132,16 +1144,20 @@ def autotune(configs: list[Config], key: list[str], prune_configs_by: dict | Non
              warmup: int | None = None, rep: int | None = None, use_cuda_graph: bool = False,
              do_bench: Callable | None = None, cache_results: bool = False, *,
              name: str | None = None,
-             reference: Callable[..., Any] | None = None) -> Callable[[Any], Autotuner]:
+             reference: Callable[..., Any] | None = None,
+             search_space: Sequence[Config] | None = None) -> Callable[[Any], Autotuner]:
     """`triton.autotune` with the same arguments; `name` (the kernel's name in kernelsearch) and
     `reference` (what the correctness gate compares with, instead of the first config) may also
-    be given to `declare`."""
+    be given to `declare`. `search_space`: more configs (the same meta-parameters) that workers
+    may search besides the list, for a kernel they tune from a call's capture or a declaration;
+    this process only ever benchmarks the list."""
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
                          pre_hook=pre_hook, post_hook=post_hook, prune_configs_by=prune_configs_by,
                          warmup=warmup, rep=rep, use_cuda_graph=use_cuda_graph, do_bench=do_bench,
-                         cache_results=cache_results, name=name, reference=reference)
+                         cache_results=cache_results, name=name, reference=reference,
+                         search_space=search_space)
 
     return decorator
 
@@ -1298,7 +1314,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
                                choices=tuple(str(d).removeprefix("torch.") for d in dt)),)
         else:
             fixed_dtypes[arg] = dt
-    space = [canonical(c) for c in (search_space or tuner.configs)]
+    space = [canonical(c) for c in (search_space or [*tuner.configs, *tuner.search_space])]
     if not space:
         raise ValueError("search_space: give at least one triton.Config")
     # Every config names the same launch options, so that the kernel's validated (complete)

@@ -194,4 +194,7 @@ class DefinitionIn(BaseModel):
                                   description="tensor arguments whose dtype keys a record")
     configs: list[dict[str, int | float | str]] = Field(min_length=1, max_length=1000)
     source_hash: str = Field(min_length=1, max_length=300, description="Triton's JIT cache key, hashed")
+    search_space: list[dict[str, int | float | str]] = Field(
+        default_factory=list, max_length=1000,
+        description="configs workers may search besides `configs` (the decorator's search_space=)")
     description: str = Field("", max_length=500)

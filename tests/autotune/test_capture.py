@@ -18,6 +18,7 @@ from svc_helpers import KB, LiveServer, settings_for
 
 from kernelsearch.kernels.capture import Capture, CaptureError, capture_call, rebuild
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
+from kernelsearch.kernels.spec import config_key
 from kernelsearch.service import autotune as at
 from kernelsearch.service.api import create_app
 from kernelsearch.service.definitions import register_definition
@@ -40,6 +41,7 @@ def _user(n: int, dtype: str, env: dict) -> dict:
     out = subprocess.run([sys.executable, str(HERE / "ks_undeclared_user.py"), str(n), dtype],
                          env=env, capture_output=True, text=True, timeout=300, cwd=HERE)
     assert out.returncode == 0, out.stderr
+    print(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -73,6 +75,38 @@ def test_a_miss_is_tuned_by_a_worker_from_its_capture_and_served_to_a_fresh_proc
         second = _user(200, "float32", env)
         assert second == {"sources": ["service"], "benched": 0, "best": rec.config["BLOCK"]}
         assert len(sqlite_store.list_jobs()) == 1  # a served key queues nothing
+
+
+def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_store) -> None:
+    settings = settings_for(sqlite_store.url, tune_reference="none")
+    with LiveServer(create_app(settings, store=sqlite_store)) as srv:
+        env = child_env(KS_SERVICE_URL=srv.url, KS_AUTOTUNE_FALLBACK="first",
+                        KS_AUTOTUNE_TIMEOUT_S="60", KS_TEST_BEYOND="1")
+        assert _user(200, "float32", env)["sources"] == ["first"]
+        (job,) = sqlite_store.list_jobs()
+        assert job.n_trials == 4 and len(job.capture["grids"]) == 4
+        worker = Worker(settings, sqlite_store)
+        try:
+            assert worker.run_one() is True
+        finally:
+            worker.close()
+        assert sqlite_store.get_job(job.id).status == "succeeded"
+        (rec,) = sqlite_store.list_records(kernel=NAME)
+        blocks = sorted(json.loads(k)["BLOCK"] for k in rec.config_timings)
+        assert blocks == [16, 32, 64, 256]
+        # Whichever won, a record whose winner is the config beyond the list is served as is.
+        from dataclasses import asdict
+
+        from kernelsearch.db.views import RecordIn
+
+        beyond = next(json.loads(k) for k in rec.config_timings if json.loads(k)["BLOCK"] == 256)
+        fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
+        sqlite_store.upsert_best(RecordIn(**{
+            **fields, "config": beyond, "latency_median_us": rec.latency_median_us / 2,
+            "latency_min_us": rec.latency_min_us / 2, "latency_max_us": rec.latency_median_us / 2,
+            "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2}}))
+        served = _user(200, "float32", env)
+        assert served == {"sources": ["service"], "benched": 0, "best": 256}
 
 
 def _capture_doc(n: int = 8) -> dict:

@@ -359,6 +359,11 @@ class CapturedKernel(UndeclaredKernel):
     def source_hash(self) -> str:  # type: ignore[override]
         return self.definition.source_hash
 
+    def configs_for_case(self, axes: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The space a case is tuned in: this definition's configs and search space (made per
+        case, not cached by name: a definition grows under one name)."""
+        return [dict(c) for c in (*self.definition.configs, *self.definition.search_space)]
+
     def child_spec(self) -> dict[str, Any]:
         """What a trial child needs to make this kernel again (`kernel_from_spec`)."""
         return {"definition": self.definition.as_json(), "capture": self.capture.as_json()}

@@ -33,6 +33,7 @@ from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.undeclared import UndeclaredKernel
 from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.measure import default_repeats
+from kernelsearch.kernels.configs import canonical_key
 from kernelsearch.kernels.spec import config_key
 
 from .records import REFERENCES, BestTrial, best_record
@@ -773,8 +774,10 @@ class _Loop:
         return False
 
     def config_timings(self) -> dict[str, float | None]:
-        """Every config this study evaluated, by config_key: its median (us), None if it failed."""
-        return {k: (v["value"] if v["state"] == "ok" else None) for k, v in self.seen.items()}
+        """Every config this study evaluated, by canonical_key (a record's config timings): its
+        median (us), None if it failed."""
+        return {canonical_key(json.loads(k)): (v["value"] if v["state"] == "ok" else None)
+                for k, v in self.seen.items()}
 
     def _penalty(self) -> float:
         # A finite value for samplers that read values of infeasible trials (CMA-ES, GP):

@@ -45,6 +45,7 @@ from kernelsearch.kernels.configs import (LAUNCH_DEFAULTS, LAUNCH_OPTIONS, canon
 from kernelsearch.kernels.resolve import Found, Key, Match, Near, Resolver, SourceUnavailable
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule, params_from_configs,
                                        source_hash_of)
+from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, UndeclaredKernel,
                                              dtype_axis, kernel_def, tensor_args, work_of,
                                              written_mismatches)
@@ -1260,13 +1261,8 @@ def _as_cases(cases: Iterable[Any], axis_names: Sequence[str]) -> tuple[Case, ..
     return tuple(out)
 
 
-def _jit_of(tuner: Autotuner) -> Any:
-    """The @triton.jit function under the decorator (its JIT cache key is the source identity)."""
-    fn = tuner.fn
-    while not hasattr(fn, "cache_key") and type(fn).__name__ != "InterpretedFunction" \
-            and hasattr(fn, "fn"):
-        fn = fn.fn
-    return fn
+# The @triton.jit function under the decorator (its JIT cache key is the source identity).
+_jit_of = jit_function_of
 
 
 def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., Any],

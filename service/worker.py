@@ -192,6 +192,8 @@ class Worker:
                 handed = self._hand_back(held)
                 log.warning("worker %s left job %s%s: %s", self.owner, job.id,
                             " to another worker" if handed else "", exc)
+                # One poll interval before the next claim: another worker takes the job first.
+                self.stop_event.wait(self.settings.worker_poll_seconds)
                 return True
         if status is None:
             why = "cancelled" if self._cancelled(job.id) else "lease lost or worker stopping"

@@ -214,3 +214,17 @@ def test_what_cannot_travel_is_said() -> None:
         capture_call({"x": object()}, [], [{"B": 1}], (1,))
     with pytest.raises(CaptureError, match="^s: a non-finite float"):
         capture_call({"s": float("inf")}, [], [{"B": 1}], (1,))
+
+
+def test_a_job_keeps_its_capture_in_either_database(store) -> None:
+    doc = _capture_doc()
+    plain = store.create_job("ks_cap_k", [{"n": 8}], 1, "grid")
+    job, existing = store.queue_job("ks_cap_k", [{"n": 8}], 1, "grid", capture=doc)
+    assert not existing and job.id != plain.id  # a capture job is not a plain job's duplicate
+    assert job.capture == doc and plain.capture is None
+    again, existing = store.queue_job("ks_cap_k", [{"n": 8}], 1, "grid", capture=doc)
+    assert existing and again.id == job.id
+    claimed = store.claim_job("w1", 60.0)
+    assert claimed.id == plain.id and store.claim_job("w1", 60.0).capture == doc
+    shown = store.get_job(job.id).as_dict()
+    assert shown["captured"] is True and "capture" not in shown

@@ -752,10 +752,10 @@ class Autotuner(TritonAutotuner):
         """This call as data for a worker (kernels.capture), None when it cannot travel."""
         from kernelsearch.kernels.capture import CaptureError, capture_call
 
-        named = {k: v for k, v in {**self.nargs, **kwargs}.items() if k in self.arg_names
-                 and k not in self._meta_names}
-        constexprs = [self.arg_names[i] for i in getattr(_jit_of(self), "constexprs", ())]
         try:
+            named = {k: v for k, v in {**(self.nargs or {}), **kwargs}.items()
+                     if k in self.arg_names and k not in self._meta_names}
+            constexprs = [self.arg_names[i] for i in getattr(_jit_of(self), "constexprs", ())]
             return capture_call(named, constexprs,
                                 [c.all_kwargs() for c in [*self.configs, *self.search_space]],
                                 kwargs.get("grid")).as_json()

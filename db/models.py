@@ -149,6 +149,8 @@ class Job(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     current_case: Mapped[dict[str, Any] | None]
+    # An undeclared kernel's job: the call it tunes on (kernels.capture.Capture as JSON).
+    capture: Mapped[dict[str, Any] | None]
 
 
 class Record(Base):

@@ -50,9 +50,14 @@ class JobView:
     started_at: datetime | None
     finished_at: datetime | None
     current_case: dict[str, Any] | None
+    # The call an undeclared kernel's job tunes on (kernels.capture.Capture as JSON), or None.
+    capture: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: _iso(v) for k, v in asdict(self).items()}
+        """The job as the API shows it: whether it carries a capture, not the capture itself."""
+        out = {k: _iso(v) for k, v in asdict(self).items() if k != "capture"}
+        out["captured"] = self.capture is not None
+        return out
 
 
 # Not frozen: a RecordIn may be built up field by field, and a frozen dataclass cannot extend a

@@ -95,7 +95,8 @@ class InputCache:
             device: torch.device) -> _Draw:
         """The draw of `seed` (a distribution's name, or a domain Draw: a scaled draw shares the
         unscaled inputs of its distribution's draw of the same seed)."""
-        case = (kernel.name, tuple(sorted(axes.items())), str(device))
+        # The kernel object too: a captured call's kernel made again holds other inputs.
+        case = (kernel.name, id(kernel), tuple(sorted(axes.items())), str(device))
         if case != self._case:
             self.clear()
             self._case = case

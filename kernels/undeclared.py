@@ -70,6 +70,8 @@ class Definition:
     source_hash: str
     description: str = ""
     kind: str = field(default=KIND)
+    # Configs a worker may search besides `configs` (the decorator's `search_space=`).
+    search_space: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str) or len(self.name) > 100:
@@ -88,7 +90,9 @@ class Definition:
                 "qualname": self.qualname, "arg_names": list(self.arg_names),
                 "key": list(self.key), "dtype_args": list(self.dtype_args),
                 "configs": [dict(c) for c in self.configs], "source_hash": self.source_hash,
-                "description": self.description}
+                "description": self.description,
+                **({"search_space": [dict(c) for c in self.search_space]}
+                   if self.search_space else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Definition":
@@ -105,12 +109,16 @@ class Definition:
             return tuple(v)
 
         configs = doc.get("configs")
-        if not isinstance(configs, list) or not all(isinstance(c, dict) and c for c in configs):
+        beyond = doc.get("search_space") or []
+        for name, given in (("configs", configs), ("search_space", beyond)):
+            if not isinstance(given, list) or not all(isinstance(c, dict) and c for c in given):
+                raise ValueError(f"{name}: expected a list of non-empty objects")
+            for i, c in enumerate(given):
+                for k, v in c.items():
+                    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                        raise ValueError(f"{name}[{i}].{k}: expected a number or a string, got {v!r}")
+        if not configs:
             raise ValueError("configs: expected a non-empty list of non-empty objects")
-        for i, c in enumerate(configs):
-            for k, v in c.items():
-                if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-                    raise ValueError(f"configs[{i}].{k}: expected a number or a string, got {v!r}")
         texts = {n: doc.get(n) for n in ("name", "module", "qualname", "source_hash")}
         for n, v in texts.items():
             if not isinstance(v, str) or not v or len(v) > 300:
@@ -119,6 +127,7 @@ class Definition:
                    qualname=str(texts["qualname"]), arg_names=strs("arg_names"), key=strs("key"),
                    dtype_args=tuple(doc.get("dtype_args") or ()),
                    configs=tuple(dict(c) for c in configs), source_hash=str(texts["source_hash"]),
+                   search_space=tuple(dict(c) for c in beyond),
                    description=str(doc.get("description") or "")[:500])
 
     def axis_names(self) -> tuple[str, ...]:
@@ -176,21 +185,22 @@ def kernel_def(defn: Definition) -> UndeclaredKernel:
                           f"come from a call (tune it by calling it under @kernelsearch.autotune)")
 
     choices = dtype_names()
+    every = [dict(c) for c in (*defn.configs, *defn.search_space)]
     axes = tuple(Axis(k, KEY_MIN, KEY_MAX, doc="a key argument of the kernel") for k in defn.key) \
         + tuple(Axis(dtype_axis(a), doc=f"dtype of {a}", choices=choices) for a in defn.dtype_args)
     return UndeclaredKernel(
-        definition=defn, name=defn.name, axes=axes, params=params_from_configs(list(defn.configs)),
+        definition=defn, name=defn.name, axes=axes, params=params_from_configs(every),
         input_names=defn.arg_names, output_names=(), rtol=DTYPE_RTOL[torch.float32],
         description=defn.description or f"{defn.module}.{defn.qualname} (undeclared)",
         make_inputs=not_declared, reference=not_declared, launch=not_declared,
-        axes_of=not_declared, bytes_moved=not_declared, rules=configs_rule(list(defn.configs)),
+        axes_of=not_declared, bytes_moved=not_declared, rules=configs_rule(every),
         tolerance=lambda axes: max([dtype_rtol(getattr(torch, str(axes[dtype_axis(a)]), torch.float32))
                                     for a in defn.dtype_args
                                     if axes.get(dtype_axis(a), NO_TENSOR) != NO_TENSOR]
                                    or [DTYPE_RTOL[torch.float32]]),
         # Not the user's module: importing it registers nothing (the decorator defines a kernel at
         # its first call), and a trial child or worker need not be able to import it.
-        space=[dict(c) for c in defn.configs], module=__name__)
+        space=every, module=__name__)
 
 
 def dtype_rtol(dtype: torch.dtype) -> float:

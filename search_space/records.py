@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.device import peak_flops
+from kernelsearch.kernels.undeclared import NotDeclared
 
 from .runner import TrialRunner
 
@@ -40,7 +41,10 @@ def roofline_pct(kdef: KernelDef, axes: Mapping[str, int], device: str, latency_
                  bandwidth: float | None) -> float | None:
     """How close the latency comes to the case's floor: its bytes at `bandwidth` (bytes/s), or
     its flops at the device's peak, whichever is slower; None without either."""
-    floor_s = [float(kdef.bytes_moved(axes)) / bandwidth] if bandwidth else []
+    try:
+        floor_s = [float(kdef.bytes_moved(axes)) / bandwidth] if bandwidth else []
+    except NotDeclared:  # an undeclared kernel knows no bytes
+        floor_s = []
     peak = peak_flops(device)
     if kdef.flops is not None and peak:
         floor_s.append(float(kdef.flops(axes)) / peak)
@@ -70,10 +74,13 @@ def reference_latencies(runner: TrialRunner, kdef: KernelDef, axes: Mapping[str,
 
 
 def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, reference: str,
-                copy_bandwidth: float | None, measure_n: int) -> RecordIn:
+                copy_bandwidth: float | None, measure_n: int,
+                config_timings: Mapping[str, float | None] | None = None) -> RecordIn:
     """The record of `best`; on a CUPTI-timed result, the roofline (the copy bandwidth measured
-    on the runner's device unless given). It passes the acceptance gate like any record
-    (acceptance.RecordRejected names the field otherwise)."""
+    on the runner's device unless given). `config_timings`: every config measured, by
+    config_key (None: failed), which a decorator serving the record holds to its config list.
+    It passes the acceptance gate like any record (acceptance.RecordRejected names the field
+    otherwise)."""
     from kernelsearch.db.store import RecordIn
 
     from .acceptance import accepted
@@ -92,7 +99,7 @@ def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, ref
     versions: dict[str, Any] = runner.versions or {}
     value = best.latency_us
     return accepted(RecordIn(
-        kernel=best.kernel, axes=dict(best.axes), work=float(kdef.bytes_moved(best.axes)),
+        kernel=best.kernel, axes=dict(best.axes), work=float(kdef.work(best.axes)),
         device=best.device, device_info=runner.device_info, torch_version=versions.get("torch", ""),
         triton_version=versions.get("triton", ""), source_hash=kdef.source_hash,
         config=dict(best.config), latency_median_us=value,
@@ -101,7 +108,8 @@ def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, ref
         latency_iqr_us=float(timing.get("iqr_us", 0.0)), timing_method=method,
         rel_error=max(errs) if errs else 0.0, n_trials=best.n_trials, n_failed=best.n_failed,
         roofline_pct=roofline, eager_latency_us=eager_us, compile_latency_us=compile_us,
-        study_name=best.study_name, job_id=job_id, tuned_at=datetime.now(timezone.utc)))
+        study_name=best.study_name, job_id=job_id, tuned_at=datetime.now(timezone.utc),
+        config_timings=dict(config_timings) if config_timings is not None else None))
 
 
 __all__ = ["BestTrial", "REFERENCES", "best_record", "reference_latencies", "roofline_pct"]

@@ -97,12 +97,25 @@ class TrialOutcome:
         return cls(ok=False, failure_kind=FailureKind(kind).value, message=message, **kw)
 
 
-def _module_of(kernel: str) -> str | None:
-    """The module a child imports to learn a kernel registered here after it started."""
+def _origin(kernel: str) -> dict[str, Any]:
+    """How a child learns a kernel registered here after it started: the module it imports, or
+    for a kernel no import makes (a captured call's), the spec it is made again from."""
     try:
-        return get_kernel(kernel).module
+        k = get_kernel(kernel)
     except KeyError:
-        return None
+        return {"module": None}
+    spec = getattr(k, "child_spec", None)
+    return {"module": k.module, "child_spec": spec() if callable(spec) else None}
+
+
+def _kernel_of(req: Mapping[str, Any]) -> Any:
+    """The kernel a request names, in the child (made from its spec when it carries one)."""
+    spec = req.get("child_spec")
+    if spec is not None:
+        from kernelsearch.kernels.capture import kernel_from_spec
+
+        return kernel_from_spec(spec)
+    return resolve(req["kernel"], req.get("module"))
 
 
 def _load_libc() -> Any:
@@ -153,7 +166,7 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
     from kernelsearch.kernels.errors import InvalidConfig, WrongResult, classify
     from kernelsearch.kernels.measure import measure_config
 
-    kernel = resolve(req["kernel"], req.get("module"))
+    kernel = _kernel_of(req)
     axes = req["axes"]
     device = default_device()
     seed = int(req.get("seed", 0))
@@ -209,7 +222,7 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
 def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
     from kernelsearch.kernels.measure import measure_reference
 
-    kernel = resolve(req["kernel"], req.get("module"))
+    kernel = _kernel_of(req)
     t = measure_reference(kernel, req["axes"], compiled=bool(req.get("compiled")),
                           n=int(req.get("n", 30)))
     return t.as_dict()
@@ -581,7 +594,7 @@ class TrialRunner:
         wait = self._wait_compiled(kernel, axes, config)
         self.start()
         limit = float(timeout_s) if timeout_s is not None else self.trial_timeout_s
-        req = {"op": "trial", "kernel": kernel, "module": _module_of(kernel), "axes": dict(axes),
+        req = {"op": "trial", "kernel": kernel, **_origin(kernel), "axes": dict(axes),
                "config": dict(config), "measure_n": int(measure_n), "seed": int(seed)}
         try:
             self._conn.send(req)
@@ -653,7 +666,7 @@ class TrialRunner:
     def measure_reference(self, kernel: str, axes: Mapping[str, int], *, compiled: bool = False,
                           n: int = 30, timeout_s: float = 600.0) -> dict[str, Any]:
         """Timing of the PyTorch reference (eager, or torch.compile), measured as trials are."""
-        return self._request({"op": "reference", "kernel": kernel, "module": _module_of(kernel),
+        return self._request({"op": "reference", "kernel": kernel, **_origin(kernel),
                               "axes": dict(axes), "compiled": compiled, "n": n},
                              timeout_s)["timing"]
 

@@ -31,8 +31,10 @@ from kernelsearch.db.errors import LeaseLost
 from kernelsearch.db.interfaces import Lease, RecordRepository, TuningStore
 from kernelsearch.db.statuses import TrialStatus
 from kernelsearch.kernels import get_kernel
+from kernelsearch.kernels.undeclared import UndeclaredKernel
 from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.measure import default_repeats
+from kernelsearch.kernels.configs import canonical_key
 from kernelsearch.kernels.spec import config_key
 
 from .records import REFERENCES, BestTrial, best_record
@@ -606,7 +608,11 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
                 store, kernel, axes, device)):
             rec, improved = store.upsert_best(best_record(
                 best, runner, job_id=o.job_id, reference=o.reference,
-                copy_bandwidth=o.copy_bandwidth, measure_n=measure_n))
+                copy_bandwidth=o.copy_bandwidth, measure_n=measure_n,
+                # An undeclared kernel's record says what it measured: a decorator serves it
+                # only when it covers the decorator's config list.
+                config_timings=loop.config_timings() if isinstance(kdef, UndeclaredKernel)
+                else None))
             res.improved, res.record_id = improved, rec.id
         res.wall_s = time.monotonic() - t_wall
         return res
@@ -774,6 +780,12 @@ class _Loop:
             self.best = (value, cfg, outcome)
             return True
         return False
+
+    def config_timings(self) -> dict[str, float | None]:
+        """Every config this study evaluated, by canonical_key (a record's config timings): its
+        median (us), None if it failed."""
+        return {canonical_key(json.loads(k)): (v["value"] if v["state"] == "ok" else None)
+                for k, v in self.seen.items()}
 
     def _penalty(self) -> float:
         # A finite value for samplers that read values of infeasible trials (CMA-ES, GP):

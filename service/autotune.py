@@ -45,6 +45,7 @@ from kernelsearch.kernels.configs import (LAUNCH_DEFAULTS, LAUNCH_OPTIONS, canon
 from kernelsearch.kernels.resolve import Found, Key, Match, Near, Resolver, SourceUnavailable
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule, params_from_configs,
                                        source_hash_of)
+from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, UndeclaredKernel,
                                              dtype_axis, kernel_def, tensor_args, work_of,
                                              written_mismatches)
@@ -283,8 +284,11 @@ class Backends:
         except SourceUnavailable:
             return None
 
-    def submit_once(self, key: Key, n_trials: int, opts: Options) -> None:
-        """Queue one grid job over the pruned configs for this key (service first, else store)."""
+    def submit_once(self, key: Key, n_trials: int, opts: Options,
+                    capture: Mapping[str, Any] | None = None,
+                    definition: Mapping[str, Any] | None = None) -> None:
+        """Queue one grid job over the pruned configs for this key (service first, else store);
+        an undeclared kernel's job carries its call's `capture`, its `definition` registered first."""
         with self._lock:
             if key in self._submitted:
                 return
@@ -295,7 +299,10 @@ class Backends:
             from .client import ClientError
 
             try:
-                self._client.submit_job(key.kernel, cases, n_trials=n_trials, sampler="grid")
+                if definition is not None:
+                    self._client.register_kernel(definition)
+                self._client.submit_job(key.kernel, cases, n_trials=n_trials, sampler="grid",
+                                        capture=capture)
                 return
             except ClientError as exc:
                 if not 0 < exc.status < 500:
@@ -305,7 +312,10 @@ class Backends:
                 self._service_failed(exc, opts.retry_s)
         if self._store is not None:
             try:
-                self._store.create_job(key.kernel, cases, n_trials, "grid")
+                if definition is not None:
+                    self._store.save_definition(key.kernel, dict(definition))  # type: ignore[attr-defined]
+                self._store.create_job(key.kernel, cases, n_trials, "grid",  # type: ignore[attr-defined]
+                                       capture=dict(capture) if capture is not None else None)
                 return
             except Exception as exc:
                 log.warning("could not queue a tuning job for %s %s: %s", key.kernel, cases, exc)
@@ -401,6 +411,7 @@ def undeclared_kernel(tuner: TritonAutotuner, named: Mapping[str, Any],
         arg_names=tuple(tuner.arg_names), key=tuple(k for k in tuner.keys if k in named),
         dtype_args=tensor_args(named, tuple(tuner.keys)),
         configs=tuple(canonical(c) for c in tuner.configs), source_hash=source_hash,
+        search_space=tuple(canonical(c) for c in getattr(tuner, "search_space", ())),
         description=(base.__doc__ or "").strip().split("\n")[0][:200])
     und = kernel_def(defn)
     from kernelsearch.kernels import registry
@@ -526,10 +537,17 @@ class Autotuner(TritonAutotuner):
 
     def __init__(self, fn: Any, arg_names: list[str], configs: list[Config], key: list[str],
                  *args: Any, name: str | None = None,
-                 reference: Callable[..., Any] | None = None, **kwargs: Any) -> None:
+                 reference: Callable[..., Any] | None = None,
+                 search_space: Sequence[Config] | None = None, **kwargs: Any) -> None:
         super().__init__(fn, arg_names, configs, key, *args, **kwargs)
         self.kernel_name = name
         self.reference = reference
+        # Configs a worker may search beyond the list (an undeclared kernel's captured calls).
+        self.search_space = list(search_space or ())
+        for i, c in enumerate(self.search_space):
+            if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
+                raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "
+                                 f"configs' meta-parameters {sorted(configs[0].kwargs)}")
         self.kernel_def: DecoratedKernel | None = None
         self.sources: dict[tuple, Source] = {}
         self._resolved: dict[tuple, Resolution] = {}
@@ -722,7 +740,10 @@ class Autotuner(TritonAutotuner):
         stored = {k: (math.inf if v is None else float(v))
                   for k, v in (found.timings or {}).items() if k in by_key}
         winner = canonical_key(found.config)
-        if winner in by_key and len(stored) == len(by_key):
+        # A winner from `search_space` (a worker searched beyond the list) is served too, once
+        # the record measured the whole list.
+        beyond = {canonical_key(c) for c in self.search_space}
+        if (winner in by_key or winner in beyond) and len(stored) == len(by_key):
             return res
         if not stored:
             return None  # a record of another config list: not this one's
@@ -749,11 +770,36 @@ class Autotuner(TritonAutotuner):
         axes = case.axes_dict
         return lambda other: kdef.distance(axes, dict(other))
 
+    def _capture(self, kwargs: dict) -> dict[str, Any] | None:
+        """This call as data for a worker (kernels.capture), None when it cannot travel."""
+        from kernelsearch.kernels.capture import CaptureError, capture_call
+
+        try:
+            named = {k: v for k, v in {**(self.nargs or {}), **kwargs}.items()
+                     if k in self.arg_names and k not in self._meta_names}
+            constexprs = [self.arg_names[i] for i in getattr(_jit_of(self), "constexprs", ())]
+            return capture_call(named, constexprs,
+                                [c.all_kwargs() for c in [*self.configs, *self.search_space]],
+                                kwargs.get("grid")).as_json()
+        except CaptureError as exc:
+            self._tell("capture", logging.INFO, "%s: this call cannot be sent to the workers "
+                       "(%s); it runs the fallback config until a record lands", self._name(), exc)
+            return None
+        except Exception as exc:  # a grid that fails on another config: no job, never a failed call
+            self._tell("capture", logging.INFO, "%s: no capture of this call (%s: %s)",
+                       self._name(), type(exc).__name__, exc)
+            return None
+
     def _lookup(self, key: tuple, case: Key, opts: Options, kwargs: dict) -> Resolution | None:
         n_trials = len(self.prune_configs(kwargs))
         near = self._near(case)
-        # Workers tune an undeclared kernel from a call's capture, which this process does not send.
-        submit = opts.submit_jobs and self.kernel_def is not None
+        # Workers tune an undeclared kernel from a call's capture, sent in the opt-in modes (the
+        # default tunes here and shares the result).
+        capture = (self._capture(kwargs) if opts.submit_jobs and self.kernel_def is None
+                   and opts.fallback is not Fallback.TUNE else None)
+        submit = opts.submit_jobs and (self.kernel_def is not None or capture is not None)
+        if capture is not None:
+            n_trials = len(self.configs) + len(self.search_space)
         # Imports and clients are local work, bounded whatever the service does: done here, so
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
@@ -761,7 +807,9 @@ class Autotuner(TritonAutotuner):
         def task() -> Found | None:
             found = BACKENDS.lookup(case, opts, near=near)
             if submit and (found is None or found.match is not Match.EXACT):
-                BACKENDS.submit_once(case, n_trials, opts)
+                BACKENDS.submit_once(case, n_trials, opts, capture=capture,
+                                     definition=self.undeclared.definition.as_json()
+                                     if capture is not None and self.undeclared else None)
             return found
 
         fut = _in_background(task)
@@ -1119,16 +1167,20 @@ def autotune(configs: list[Config], key: list[str], prune_configs_by: dict | Non
              warmup: int | None = None, rep: int | None = None, use_cuda_graph: bool = False,
              do_bench: Callable | None = None, cache_results: bool = False, *,
              name: str | None = None,
-             reference: Callable[..., Any] | None = None) -> Callable[[Any], Autotuner]:
+             reference: Callable[..., Any] | None = None,
+             search_space: Sequence[Config] | None = None) -> Callable[[Any], Autotuner]:
     """`triton.autotune` with the same arguments; `name` (the kernel's name in kernelsearch) and
     `reference` (what the correctness gate compares with, instead of the first config) may also
-    be given to `declare`."""
+    be given to `declare`. `search_space`: more configs (the same meta-parameters) that workers
+    may search besides the list, for a kernel they tune from a call's capture or a declaration;
+    this process only ever benchmarks the list."""
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
                          pre_hook=pre_hook, post_hook=post_hook, prune_configs_by=prune_configs_by,
                          warmup=warmup, rep=rep, use_cuda_graph=use_cuda_graph, do_bench=do_bench,
-                         cache_results=cache_results, name=name, reference=reference)
+                         cache_results=cache_results, name=name, reference=reference,
+                         search_space=search_space)
 
     return decorator
 
@@ -1231,13 +1283,8 @@ def _as_cases(cases: Iterable[Any], axis_names: Sequence[str]) -> tuple[Case, ..
     return tuple(out)
 
 
-def _jit_of(tuner: Autotuner) -> Any:
-    """The @triton.jit function under the decorator (its JIT cache key is the source identity)."""
-    fn = tuner.fn
-    while not hasattr(fn, "cache_key") and type(fn).__name__ != "InterpretedFunction" \
-            and hasattr(fn, "fn"):
-        fn = fn.fn
-    return fn
+# The @triton.jit function under the decorator (its JIT cache key is the source identity).
+_jit_of = jit_function_of
 
 
 def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., Any],
@@ -1285,7 +1332,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
                                choices=tuple(str(d).removeprefix("torch.") for d in dt)),)
         else:
             fixed_dtypes[arg] = dt
-    space = [canonical(c) for c in (search_space or tuner.configs)]
+    space = [canonical(c) for c in (search_space or [*tuner.configs, *tuner.search_space])]
     if not space:
         raise ValueError("search_space: give at least one triton.Config")
     # Every config names the same launch options, so that the kernel's validated (complete)

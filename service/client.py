@@ -153,7 +153,8 @@ class Client:
     # -- jobs ---------------------------------------------------------------------------------
     def submit_job(self, kernel: str, cases: Sequence[Mapping[str, int]] | Literal["all"],
                    n_trials: int, sampler: str | None = None,
-                   timeout_s: float | None = None) -> dict[str, Any]:
+                   timeout_s: float | None = None,
+                   capture: Mapping[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"kernel": kernel,
                                 "cases": cases if cases == "all" else [dict(c) for c in cases],
                                 "n_trials": n_trials}
@@ -161,6 +162,8 @@ class Client:
             body["sampler"] = sampler
         if timeout_s is not None:
             body["timeout_s"] = timeout_s
+        if capture is not None:
+            body["capture"] = dict(capture)
         return self._request("POST", "/v1/jobs", json=body)
 
     def job(self, job_id: int | str) -> dict[str, Any]:

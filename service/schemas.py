@@ -143,6 +143,9 @@ class JobCreate(BaseModel):
     sampler: str | None = Field(None, max_length=32, description="Optuna sampler; default tpe")
     timeout_s: float | None = Field(None, gt=0, le=30 * 86400,
                                     description="wall-clock limit of the whole job")
+    capture: dict[str, Any] | None = Field(
+        None, description="an undeclared kernel's call to tune on (kernels.capture.Capture as "
+                          "JSON: arguments and a grid per config); its job has that one case")
 
 
 class JobOut(BaseModel):
@@ -160,6 +163,7 @@ class JobOut(BaseModel):
     best: Any = None
     error: str | None = None
     current_case: dict[str, Any] | None = None
+    captured: bool = Field(False, description="the job tunes on a call's capture")
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -190,4 +194,7 @@ class DefinitionIn(BaseModel):
                                   description="tensor arguments whose dtype keys a record")
     configs: list[dict[str, int | float | str]] = Field(min_length=1, max_length=1000)
     source_hash: str = Field(min_length=1, max_length=300, description="Triton's JIT cache key, hashed")
+    search_space: list[dict[str, int | float | str]] = Field(
+        default_factory=list, max_length=1000,
+        description="configs workers may search besides `configs` (the decorator's search_space=)")
     description: str = Field("", max_length=500)

@@ -67,6 +67,9 @@ class Settings(ClientSettings):
     shipped_records: str | None = Field(None, description="records export imported by `make run`")
     log_level: str = "INFO"
     worker_poll_seconds: float = Field(2.0, gt=0, description="an idle worker looks for queued jobs this often")
+    capture_import_tries: int = Field(
+        3, ge=1, description="a job tuning a captured call is handed back by a worker that cannot "
+        "import the kernel's module, and failed (naming the module) at this claim")
     measure_n: int | None = Field(None, gt=0, description="timed calls per trial (median); "
                                                        "unset: 30 on a GPU, 3 under the interpreter")
     cancel_poll_seconds: float = Field(1.0, gt=0, description="how often a worker checks that its "

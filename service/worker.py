@@ -193,6 +193,13 @@ class Worker:
                 # Someone else holds the job now: leave it, and everything of it, as it is.
                 log.warning("worker %s left job %s: %s", self.owner, job.id, exc)
                 return True
+            except _LeaveJob as exc:
+                handed = self._hand_back(held)
+                log.warning("worker %s left job %s%s: %s", self.owner, job.id,
+                            " to another worker" if handed else "", exc)
+                # One poll interval before the next claim: another worker takes the job first.
+                self.stop_event.wait(self.settings.worker_poll_seconds)
+                return True
         if status is None:
             cancelled = self._cancelled(job.id)
             why = "cancelled" if cancelled else "lease lost or worker stopping"
@@ -268,6 +275,10 @@ class Worker:
             return (self.stop_event.is_set() or lease.lost.is_set()
                     or (deadline is not None and time.monotonic() >= deadline))
 
+        if job.capture is not None:
+            failed = self._captured_kernel(job)
+            if failed is not None:
+                return "failed", failed
         try:
             resolve(job.kernel)
         except KernelSearchError as exc:
@@ -349,10 +360,46 @@ class Worker:
             return JobStatus.FAILED, f"no valid config found: {why or 'every trial failed'}"
         return JobStatus.SUCCEEDED, None
 
+    def _captured_kernel(self, job: Any) -> str | None:
+        """Register the kernel of a job that tunes on a call's capture (its module imported
+        here); the job's error when it cannot be made. A worker that cannot import the module
+        hands the job back (`_LeaveJob`) for one that can, until the job's
+        KS_CAPTURE_IMPORT_TRIES-th claim, which fails it naming the module and the fix."""
+        from kernelsearch.kernels import registry
+        from kernelsearch.kernels.capture import (Capture, CaptureError, KernelModuleUnavailable,
+                                                  captured_kernel)
+        from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel
+
+        stored = getattr(self.store, "kernel_definitions", None)
+        doc = (stored() if stored is not None else {}).get(job.kernel)
+        if doc is None:
+            try:
+                known = registry.get_kernel(job.kernel)
+            except KeyError:
+                known = None
+            if isinstance(known, UndeclaredKernel):
+                doc = known.definition.as_json()
+        if doc is None:
+            return f"capture: {job.kernel!r} has no registered definition (POST /v1/kernels)"
+        try:
+            kdef = captured_kernel(Definition.from_json(doc), Capture.from_json(job.capture))
+        except KernelModuleUnavailable as exc:
+            if job.attempts < self.settings.capture_import_tries:
+                raise _LeaveJob(str(exc)) from None
+            return f"{exc} (claim {job.attempts} of {self.settings.capture_import_tries})"
+        except (CaptureError, ValueError) as exc:
+            return f"capture: {exc}"
+        registry.register(kdef, replace=True)
+        return None
+
     def _job_cancelled(self) -> bool:
         """Asked while a trial runs: a cancelled job stops it now (a SIGTERM lets it end)."""
         watch = self._cancel_watch
         return watch is not None and watch.cancelled.is_set()
+
+
+class _LeaveJob(Exception):
+    """This worker cannot run the job, another may: it goes back to the queue."""
 
 
 def worker_store(settings: Settings) -> WorkerStore:

@@ -44,6 +44,7 @@ class JobRepo(RepoBase):
             started_at=job.started_at,
             finished_at=job.finished_at,
             current_case=job.current_case,
+            capture=job.capture,
         )
 
     def _load_job(self, s: Session, job_id: int) -> JobView | None:
@@ -60,10 +61,11 @@ class JobRepo(RepoBase):
         sampler: str,
         timeout_s: float | None = None,
         max_queued: int | None = None,
+        capture: dict[str, Any] | None = None,
     ) -> JobView:
         """Queue a job (or return the identical one already queued or running); Conflict when
         `max_queued` jobs are already waiting."""
-        return self.queue_job(kernel, cases, n_trials, sampler, timeout_s, max_queued)[0]
+        return self.queue_job(kernel, cases, n_trials, sampler, timeout_s, max_queued, capture)[0]
 
     def queue_job(
         self,
@@ -73,9 +75,11 @@ class JobRepo(RepoBase):
         sampler: str,
         timeout_s: float | None = None,
         max_queued: int | None = None,
+        capture: dict[str, Any] | None = None,
     ) -> tuple[JobView, bool]:
         """`create_job`, and whether the job is an identical one already queued or running
-        (True) rather than a new one: the API says which it answers."""
+        (True) rather than a new one: the API says which it answers. `capture`: the call an
+        undeclared kernel's job tunes on (a job with one is identical only to another with one)."""
         check_name(kernel, "kernel")
         check_name(sampler, "sampler")
         if not isinstance(cases, list) or not cases:
@@ -85,6 +89,8 @@ class JobRepo(RepoBase):
         check_int(n_trials, "n_trials", minimum=1)
         check_number(timeout_s, "timeout_s", positive=True, optional=True)
         check_int(max_queued, "max_queued", minimum=0, optional=True)
+        if capture is not None and not isinstance(capture, dict):
+            raise ValueError(f"capture: expected an object, got {type(capture).__name__}")
 
         wanted = [axes_key(c) for c in cases]
         limit_s = float(timeout_s) if timeout_s is not None else None
@@ -100,7 +106,8 @@ class JobRepo(RepoBase):
                                   Job.n_trials == n_trials, Job.sampler == sampler)
                 .order_by(Job.id)
             ).scalars():
-                if same.timeout_s == limit_s and [axes_key(dict(c)) for c in same.cases] == wanted:
+                if (same.timeout_s == limit_s and (same.capture is None) == (capture is None)
+                        and [axes_key(dict(c)) for c in same.cases] == wanted):
                     return self._job_view(same, kernel), True
             if max_queued is not None:
                 queued = s.execute(select(func.count()).where(Job.status == JobStatus.QUEUED)).scalar_one()
@@ -119,6 +126,7 @@ class JobRepo(RepoBase):
                 trials_done=0,
                 attempts=0,
                 created_at=utcnow(),
+                capture=dict(capture) if capture is not None else None,
             )
             s.add(job)
             s.flush()

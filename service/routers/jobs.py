@@ -47,13 +47,16 @@ def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) 
     if len(cases) > settings.max_cases_per_job:
         raise HTTPException(422, f"cases: at most {settings.max_cases_per_job} per job "
                                  f"(KS_MAX_CASES_PER_JOB), got {len(cases)}")
+    if body.capture is not None:
+        _check_capture(k, body.capture, cases)
     sampler = body.sampler or "tpe"
     known = _samplers()
     if known and sampler not in known:
         raise HTTPException(422, f"sampler: unknown {sampler!r}; known: {', '.join(known)}")
     try:
         job, existing = store.queue_job(k.name, cases, body.n_trials, sampler,
-                                        timeout_s=body.timeout_s, max_queued=settings.max_queued_jobs)
+                                        timeout_s=body.timeout_s, max_queued=settings.max_queued_jobs,
+                                        capture=body.capture)
     except dberr.Conflict as exc:
         raise HTTPException(429, str(exc)) from None
     return {**job_json(job), "existing": existing}
@@ -85,6 +88,26 @@ def cancel_job(job_id: Annotated[AsciiInt, JOB_ID], store: StoreDep) -> Any:
     if job.status in _ENDED:
         raise HTTPException(409, f"job {job_id} already {job.status}")
     return job_json(store.cancel_job(job_id))
+
+
+def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]]) -> None:
+    """A capture belongs to an undeclared kernel's job of the one case its call has (422 naming
+    the field otherwise); its size is bounded by the request's (KS_MAX_BODY_BYTES)."""
+    from kernelsearch.kernels.capture import Capture, CaptureError
+    from kernelsearch.kernels.undeclared import UndeclaredKernel
+
+    if not isinstance(k, UndeclaredKernel):
+        raise HTTPException(422, f"capture: {k.name} is a declared kernel; only an undeclared "
+                                 f"kernel's job carries a capture")
+    try:
+        cap = Capture.from_json(capture)
+        cap.check_against(k.definition)
+    except CaptureError as exc:
+        raise HTTPException(422, str(exc)) from None
+    axes = cap.case_axes(k.definition)
+    if len(cases) != 1 or axes is None or k.validate_axes(axes) != cases[0]:
+        raise HTTPException(422, f"cases: a job with a capture tunes the captured call's case "
+                                 f"({axes}), got {cases}")
 
 
 def _samplers() -> tuple[str, ...]:

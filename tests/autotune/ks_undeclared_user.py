@@ -1,5 +1,6 @@
 """A user's plain `@triton.autotune` kernel with only the decorator swapped (no declaration), for
-the undeclared-kernel tests. `KS_TEST_EXTRA=1` lists one more config (a grown config list); the
+the undeclared-kernel tests. `KS_TEST_EXTRA=1` lists one more config (a grown config list);
+`KS_TEST_BEYOND=1` lets workers search one config beyond the list (`search_space=`); the
 benchmark is a counting wall clock, so a test can tell whether a process benchmarked."""
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ if os.environ.get("KS_TEST_EXTRA"):
     CONFIGS.append(triton.Config({"BLOCK": 128}, num_warps=4))
 
 
-@kernelsearch.autotune(configs=CONFIGS, key=["n"], do_bench=counting_bench)
+BEYOND = [triton.Config({"BLOCK": 256}, num_warps=4)] if os.environ.get("KS_TEST_BEYOND") else []
+
+
+@kernelsearch.autotune(configs=CONFIGS, key=["n"], do_bench=counting_bench, search_space=BEYOND)
 @triton.jit
 def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     """y = 2 x."""

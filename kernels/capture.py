@@ -1,0 +1,474 @@
+"""A call of an undeclared kernel as data, and the kernel a worker tunes from it.
+
+An undeclared kernel (a plain `@triton.autotune` kernel under `@kernelsearch.autotune`) has no
+input maker, reference or launcher of its own. A call that misses in the opt-in mode
+(`KS_AUTOTUNE_FALLBACK=first|nearest`) sends its shape instead, a `Capture`: each argument's
+kind (a tensor's shape, strides and dtype, with an integer or bool tensor's contents up to
+`MAX_CONTENTS` elements, else its value range; a scalar; a constexpr; None) and the launch grid
+evaluated for every config of the decorator's list. A worker imports the kernel's module (it
+must be importable there: installed, or on the path and named in `KS_KERNEL_MODULES`), rebuilds
+the inputs (`rebuild`) and tunes a `CapturedKernel`: each config launched through the user's own
+decorator (its hooks included) on those inputs, correct when every tensor it writes matches what
+the first config writes, timed as any trial.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .errors import KernelSearchError
+from .spec import InputDomain, source_hash_of
+from .undeclared import Definition, UndeclaredKernel, kernel_def
+
+CAPTURE_VERSION = 1
+# An integer or bool tensor's contents travel up to this many elements (index tensors, offsets);
+# a larger one travels as its value range, and the worker draws within it.
+MAX_CONTENTS = 1024
+MAX_ARGS = 256
+MAX_DIMS = 8
+MAX_NUMEL = 1 << 31
+# What a decorator sends at most: the service's request limit (KS_MAX_BODY_BYTES, 64 KiB by
+# default) must hold it with the rest of the job.
+MAX_CAPTURE_BYTES = 48 * 1024
+KINDS = ("tensor", "scalar", "constexpr", "none")
+MODULES_FIX = ("install it on the worker host, or put it on the worker's path and name it in "
+               "KS_KERNEL_MODULES")
+
+
+class CaptureError(ValueError):
+    """A capture that cannot be made or read; the message names the field."""
+
+
+class KernelModuleUnavailable(KernelSearchError):
+    """The module of a captured kernel cannot be imported here (or holds other code)."""
+
+    def __init__(self, module: str, why: str) -> None:
+        super().__init__(f"kernel module {module!r} is not usable on this worker ({why}): "
+                         f"{MODULES_FIX}")
+        self.module = module
+
+
+@dataclass(frozen=True)
+class ArgCapture:
+    """One argument of a call: what the worker needs to make an equivalent one."""
+
+    name: str
+    kind: str
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    dtype: str = ""
+    # An integer or bool tensor's values in row-major order (small tensors), or its range.
+    contents: tuple[Any, ...] | None = None
+    value_range: tuple[int, int] | None = None
+    value: Any = None
+
+    def as_json(self) -> dict[str, Any]:
+        if self.kind == "tensor":
+            out: dict[str, Any] = {"name": self.name, "kind": self.kind, "shape": list(self.shape),
+                                   "strides": list(self.strides), "dtype": self.dtype}
+            if self.contents is not None:
+                out["contents"] = list(self.contents)
+            if self.value_range is not None:
+                out["range"] = list(self.value_range)
+            return out
+        if self.kind == "none":
+            return {"name": self.name, "kind": self.kind}
+        return {"name": self.name, "kind": self.kind, "value": self.value}
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A call's arguments as data, and the grid of every config (the definition's order)."""
+
+    args: tuple[ArgCapture, ...]
+    grids: tuple[tuple[int, int, int], ...]
+    version: int = CAPTURE_VERSION
+
+    def as_json(self) -> dict[str, Any]:
+        return {"version": self.version, "args": [a.as_json() for a in self.args],
+                "grids": [list(g) for g in self.grids]}
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def tensor_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.kind == "tensor")
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "Capture":
+        """Parse and check a capture document; CaptureError names the first bad field."""
+        if not isinstance(doc, Mapping):
+            raise CaptureError("capture: expected an object")
+        if doc.get("version") != CAPTURE_VERSION:
+            raise CaptureError(f"capture.version: expected {CAPTURE_VERSION}, got {doc.get('version')!r}")
+        raw_args = doc.get("args")
+        if not isinstance(raw_args, list) or not 0 < len(raw_args) <= MAX_ARGS:
+            raise CaptureError(f"capture.args: expected a list of 1 to {MAX_ARGS} arguments")
+        args = tuple(_arg_from_json(a, f"capture.args[{i}]") for i, a in enumerate(raw_args))
+        names = [a.name for a in args]
+        if len(set(names)) != len(names):
+            raise CaptureError("capture.args: an argument is named twice")
+        grids = doc.get("grids")
+        if not isinstance(grids, list) or not grids:
+            raise CaptureError("capture.grids: expected one grid per config")
+        out = []
+        for i, g in enumerate(grids):
+            if (not isinstance(g, list) or len(g) != 3
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+                               for v in g)):
+                raise CaptureError(f"capture.grids[{i}]: expected three integers in 0..2^31-1")
+            out.append((g[0], g[1], g[2]))
+        return cls(args=args, grids=tuple(out))
+
+    def check_against(self, defn: Definition) -> None:
+        """The capture fits the definition: its arguments, one grid per config."""
+        for a in self.args:
+            if a.name not in defn.arg_names:
+                raise CaptureError(f"capture.args: {a.name!r} is not an argument of {defn.name} "
+                                   f"({', '.join(defn.arg_names)})")
+        n = len(defn.configs) + len(defn.search_space)
+        if len(self.grids) != n:
+            raise CaptureError(f"capture.grids: {len(self.grids)} grids for {n} configs")
+
+    def case_axes(self, defn: Definition) -> dict[str, Any] | None:
+        """The record axes of the captured call (what `Definition.case_axes` gives the call)."""
+        named = {a.name: (torch.empty(0, dtype=getattr(torch, a.dtype)) if a.kind == "tensor"
+                          else None if a.kind == "none" else a.value) for a in self.args}
+        return defn.case_axes(named)
+
+
+def _arg_from_json(a: Any, where: str) -> ArgCapture:
+    if not isinstance(a, Mapping):
+        raise CaptureError(f"{where}: expected an object")
+    name, kind = a.get("name"), a.get("kind")
+    if not isinstance(name, str) or not name or len(name) > 100:
+        raise CaptureError(f"{where}.name: expected an argument name")
+    if kind not in KINDS:
+        raise CaptureError(f"{where}.kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    if kind == "none":
+        return ArgCapture(name, kind)
+    if kind in ("scalar", "constexpr"):
+        v = a.get("value")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise CaptureError(f"{where}.value: expected a finite number")
+        if not isinstance(v, (int, float, str)) or (isinstance(v, str) and len(v) > 200):
+            raise CaptureError(f"{where}.value: expected a number, a bool or a short string")
+        return ArgCapture(name, kind, value=v)
+    shape, strides, dtype = a.get("shape"), a.get("strides"), a.get("dtype")
+    for fname, v, lo in (("shape", shape, 0), ("strides", strides, 0)):
+        if (not isinstance(v, list) or len(v) > MAX_DIMS
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= lo for x in v)):
+            raise CaptureError(f"{where}.{fname}: expected at most {MAX_DIMS} integers >= {lo}")
+    assert isinstance(shape, list) and isinstance(strides, list)
+    if len(shape) != len(strides):
+        raise CaptureError(f"{where}.strides: {len(strides)} strides for {len(shape)} dimensions")
+    if math.prod(shape) > MAX_NUMEL or _storage_numel(shape, strides) > MAX_NUMEL:
+        raise CaptureError(f"{where}.shape: more than {MAX_NUMEL} elements")
+    if not isinstance(dtype, str) or not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise CaptureError(f"{where}.dtype: expected a torch dtype name, got {dtype!r}")
+    contents, rng = a.get("contents"), a.get("range")
+    numel = math.prod(shape)
+    if contents is not None:
+        if (not isinstance(contents, list) or len(contents) != numel or numel > MAX_CONTENTS
+                or not all(isinstance(x, (int, bool)) for x in contents)):
+            raise CaptureError(f"{where}.contents: expected the tensor's {numel} integers "
+                               f"(at most {MAX_CONTENTS})")
+    if rng is not None:
+        if (not isinstance(rng, list) or len(rng) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in rng)
+                or rng[0] > rng[1]):
+            raise CaptureError(f"{where}.range: expected [low, high] integers, low <= high")
+    return ArgCapture(name, kind, tuple(shape), tuple(strides), dtype,
+                      tuple(contents) if contents is not None else None,
+                      (rng[0], rng[1]) if rng is not None else None)
+
+
+def _storage_numel(shape: Sequence[int], strides: Sequence[int]) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+
+
+def _exact(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex
+
+
+# -- making a capture (the decorator's side) -------------------------------------------------------
+def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
+                 configs: Sequence[Mapping[str, Any]], grid: Any) -> Capture:
+    """The capture of a call: `named` its arguments by name (those a config sets excluded),
+    `constexprs` the names Triton treats as compile-time constants, `configs` each config's
+    launch keywords (meta-parameters and options, as `triton.Config.all_kwargs()`), `grid` the
+    launch grid (a tuple, or a callable of the launch's keywords). CaptureError says what cannot
+    travel."""
+    args = []
+    for name, v in named.items():
+        if v is None:
+            args.append(ArgCapture(name, "none"))
+        elif isinstance(v, torch.Tensor):
+            args.append(_tensor_capture(name, v))
+        elif isinstance(v, (bool, int, float, str)):
+            if isinstance(v, float) and not math.isfinite(v):
+                raise CaptureError(f"{name}: a non-finite float does not travel as JSON")
+            args.append(ArgCapture(name, "constexpr" if name in constexprs else "scalar", value=v))
+        else:
+            raise CaptureError(f"{name}: a {type(v).__name__} argument cannot be captured")
+    grids = []
+    for i, c in enumerate(configs):
+        g = grid({**named, **c}) if callable(grid) else grid
+        try:
+            dims = [int(x) for x in tuple(g)]
+        except (TypeError, ValueError):
+            raise CaptureError(f"grid: config {i} gives {g!r}, not a tuple of integers") from None
+        if not 1 <= len(dims) <= 3:
+            raise CaptureError(f"grid: config {i} gives {len(dims)} dimensions")
+        grids.append(tuple((dims + [1, 1])[:3]))
+    cap = Capture(args=tuple(args), grids=tuple(grids))  # type: ignore[arg-type]
+    if len(json.dumps(cap.as_json())) > MAX_CAPTURE_BYTES:
+        # Contents make it large: ranges instead.
+        cap = Capture(args=tuple(_without_contents(a) for a in cap.args), grids=cap.grids)
+        if len(json.dumps(cap.as_json())) > MAX_CAPTURE_BYTES:
+            raise CaptureError(f"capture: more than {MAX_CAPTURE_BYTES} bytes")
+    return cap
+
+
+def _tensor_capture(name: str, t: torch.Tensor) -> ArgCapture:
+    if t.dim() > MAX_DIMS:
+        raise CaptureError(f"{name}: more than {MAX_DIMS} dimensions")
+    dtype = str(t.dtype).removeprefix("torch.")
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    if any(s < 0 for s in strides):
+        raise CaptureError(f"{name}: negative strides")
+    if not _exact(t.dtype) or t.numel() == 0:
+        return ArgCapture(name, "tensor", shape, strides, dtype)
+    flat = t.detach().reshape(-1)
+    if t.numel() <= MAX_CONTENTS:
+        vals = [bool(x) if t.dtype == torch.bool else int(x) for x in flat.cpu().tolist()]
+        return ArgCapture(name, "tensor", shape, strides, dtype, contents=tuple(vals),
+                          value_range=_range_of(flat))
+    return ArgCapture(name, "tensor", shape, strides, dtype, value_range=_range_of(flat))
+
+
+def _range_of(flat: torch.Tensor) -> tuple[int, int]:
+    as_int = flat.to(torch.int64)
+    return int(as_int.min()), int(as_int.max())
+
+
+def _without_contents(a: ArgCapture) -> ArgCapture:
+    return ArgCapture(a.name, a.kind, a.shape, a.strides, a.dtype, None, a.value_range, a.value) \
+        if a.contents is not None else a
+
+
+# -- rebuilding the inputs (the worker's side) -----------------------------------------------------
+def rebuild(capture: Capture, device: torch.device | str, seed: int = 0) -> dict[str, Any]:
+    """The captured call's arguments, by name: tensors of the captured shapes, strides and
+    dtypes on `device` (floating ones drawn from a normal distribution of `seed`, integer ones
+    from their contents or within their range), scalars and constexprs as captured."""
+    gen = torch.Generator().manual_seed(int(seed))
+    out: dict[str, Any] = {}
+    for a in capture.args:
+        if a.kind == "none":
+            out[a.name] = None
+        elif a.kind == "tensor":
+            out[a.name] = _tensor(a, gen, torch.device(device))
+        else:
+            out[a.name] = a.value
+    return out
+
+
+def _tensor(a: ArgCapture, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    dtype = getattr(torch, a.dtype)
+    n = _storage_numel(a.shape, a.strides)
+    if dtype.is_complex:
+        base = torch.randn(n, generator=gen, dtype=torch.complex64).to(dtype)
+    elif dtype.is_floating_point:
+        base = torch.randn(n, generator=gen, dtype=torch.float32).to(dtype)
+    else:
+        lo, hi = a.value_range if a.value_range is not None else (0, 1)
+        base = torch.randint(lo, hi + 1, (n,), generator=gen, dtype=torch.int64)
+        base = (base != 0) if dtype == torch.bool else base.to(dtype)
+    t = base.to(device).as_strided(a.shape, a.strides)
+    if a.contents is not None and a.numel:
+        want = torch.tensor(a.contents, dtype=torch.int64).reshape(a.shape).to(device)
+        t.copy_(want != 0 if dtype == torch.bool else want.to(dtype))
+    return t
+
+
+# -- the kernel a worker tunes from a capture ----------------------------------------------------
+def jit_function_of(tuner: Any) -> Any:
+    """The @triton.jit function under an autotuner (its JIT cache key is the source identity)."""
+    fn = getattr(tuner, "fn", tuner)
+    while not hasattr(fn, "cache_key") and type(fn).__name__ != "InterpretedFunction" \
+            and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn
+
+
+def import_tuner(defn: Definition) -> Any:
+    """The decorated kernel a definition names, imported from its module; KernelModuleUnavailable
+    when the module cannot be imported here, does not hold it, or holds other code."""
+    if "<locals>" in defn.qualname:
+        raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is defined inside a "
+                                      "function; a worker imports module-level kernels only")
+    try:
+        obj: Any = importlib.import_module(defn.module)
+    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
+        raise KernelModuleUnavailable(defn.module, f"{type(exc).__name__}: {exc}") from exc
+    for part in defn.qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise KernelModuleUnavailable(defn.module, f"it has no {defn.qualname}")
+    if not hasattr(obj, "using"):
+        raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is not a "
+                                      "@kernelsearch.autotune kernel")
+    here = source_hash_of([jit_function_of(obj)])
+    if here != defn.source_hash:
+        raise KernelModuleUnavailable(defn.module, f"its {defn.qualname} is other code than the "
+                                      f"caller's (source {here}, the caller's {defn.source_hash})")
+    return obj
+
+
+@dataclass(kw_only=True)
+class CapturedKernel(UndeclaredKernel):
+    """An undeclared kernel with a call to tune on: inputs rebuilt from the capture, each config
+    launched through the user's decorator, the first config's written tensors as the reference.
+
+    A launch with `out` runs on copies of the inputs (the correctness check leaves inputs as
+    they were) and copies what the kernel wrote into `out`; without `out` it runs in place, as
+    the user's call and Triton's benchmark do, and returns the written tensors."""
+
+    capture: Capture
+    tuner: Any = field(default=None, repr=False)
+    # Positions (among the tensor arguments) of the tensors the first config writes.
+    written: tuple[int, ...] | None = None
+
+    @property
+    def source_hash(self) -> str:  # type: ignore[override]
+        return self.definition.source_hash
+
+    def configs_for_case(self, axes: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The space a case is tuned in: this definition's configs and search space (made per
+        case, not cached by name: a definition grows under one name)."""
+        return [dict(c) for c in (*self.definition.configs, *self.definition.search_space)]
+
+    def child_spec(self) -> dict[str, Any]:
+        """What a trial child needs to make this kernel again (`kernel_from_spec`)."""
+        return {"definition": self.definition.as_json(), "capture": self.capture.as_json()}
+
+    def _grid(self, config: Mapping[str, Any]) -> tuple[int, int, int]:
+        """The captured grid of a config: the listed config it completes (defaults added)."""
+        for i, c in enumerate((*self.definition.configs, *self.definition.search_space)):
+            if all(k in config and config[k] == v for k, v in c.items()):
+                return self.capture.grids[i]
+        raise CaptureError(f"config {dict(config)} is not one of {self.name}'s configs")
+
+    def _run(self, inputs: Sequence[torch.Tensor], config: Mapping[str, Any]) -> None:
+        tensors = dict(zip(self.capture.tensor_names, inputs))
+        named = {a.name: tensors[a.name] if a.kind == "tensor" else (None if a.kind == "none"
+                                                                      else a.value)
+                 for a in self.capture.args}
+        grid = self._grid(config)
+        with self.tuner.using(dict(config)):
+            self.tuner[grid](**named)
+        self.last_compiled = getattr(self.tuner, "last_launch", None)
+
+    def _written(self, inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
+        """Which tensors the first config writes, found once by running it on copies."""
+        if self.written is None:
+            copies = [t.clone() for t in inputs]
+            self._run(copies, self.first_config)
+            self.written = tuple(i for i, (a, b) in enumerate(zip(copies, inputs))
+                                 if not torch.equal(a, b))
+            if not self.written:
+                raise CaptureError(f"{self.name}: the first config writes none of the tensors "
+                                   f"({', '.join(self.capture.tensor_names)})")
+            self.output_names = tuple(self.capture.tensor_names[i] for i in self.written)
+            dtypes = tuple(inputs[i].dtype for i in self.written)
+            self.output_dtypes = lambda _axes: dtypes
+        return self.written
+
+    @property
+    def first_config(self) -> dict[str, Any]:
+        return self.validate_config(self.definition.configs[0])
+
+    def captured_launch(self, *inputs: torch.Tensor, config: Mapping[str, Any],
+                        out: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+        written = self._written(inputs)
+        if out is None:
+            self._run(inputs, config)
+            return tuple(inputs[i] for i in written)
+        copies = [t.clone() for t in inputs]
+        self._run(copies, config)
+        for o, i in zip(out, written):
+            o.copy_(copies[i])
+        return tuple(out)
+
+    def captured_reference(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        written = self._written(inputs)
+        copies = [t.clone() for t in inputs]
+        self._run(copies, self.first_config)
+        return tuple(copies[i].double() if not _exact(copies[i].dtype) else copies[i]
+                     for i in written)
+
+    def captured_inputs(self, axes: Mapping[str, Any], *, seed: int = 0,
+                        distribution: str = "benchmark",
+                        device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+        got = rebuild(self.capture, device, seed)
+        return tuple(got[n] for n in self.capture.tensor_names)
+
+
+def captured_kernel(defn: Definition, capture: Capture, tuner: Any | None = None) -> CapturedKernel:
+    """The kernel to tune for one captured call (importing the user's module unless `tuner` is
+    given); CaptureError when the capture does not fit the definition."""
+    capture.check_against(defn)
+    if capture.case_axes(defn) is None:
+        raise CaptureError(f"capture: its arguments give no case of {defn.name} (key values "
+                           f"must be integers, tensors where the definition has them)")
+    und = kernel_def(defn)
+    base = {f.name: getattr(und, f.name) for f in fields(und) if f.init}
+    k = CapturedKernel(**base, capture=capture, tuner=tuner or import_tuner(defn))
+    k.input_names = capture.tensor_names
+    k.output_names = ()
+    k.make_inputs = k.captured_inputs
+    k.launch = k.captured_launch
+    k.reference = k.captured_reference
+    k.bytes_moved = und.bytes_moved
+    k.domain = InputDomain(distributions=("benchmark",))
+    return k
+
+
+_FROM_SPEC: dict[str, CapturedKernel] = {}
+
+
+def kernel_from_spec(spec: Mapping[str, Any]) -> CapturedKernel:
+    """A trial child's `CapturedKernel` from `CapturedKernel.child_spec()`, made once per spec
+    and registered, so the child's registry answers its name."""
+    from . import registry
+
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    got = _FROM_SPEC.get(digest)
+    if got is None:
+        got = captured_kernel(Definition.from_json(spec["definition"]),
+                              Capture.from_json(spec["capture"]))
+        _FROM_SPEC.clear()
+        _FROM_SPEC[digest] = got
+    registry.register(got, replace=True)
+    return got
+
+
+__all__ = ["ArgCapture", "Capture", "CaptureError", "CapturedKernel", "KernelModuleUnavailable",
+           "MAX_CAPTURE_BYTES", "MAX_CONTENTS", "capture_call", "captured_kernel",
+           "import_tuner", "jit_function_of", "kernel_from_spec", "rebuild"]

@@ -11,6 +11,11 @@ in range) or breaks a physical bound (a latency faster than the device's memory 
 above the kernel's tolerance, an unbounded derived figure, a time outside the project's era).
 Checks the declaration cannot answer (a kernel without `bytes_moved`, a device of unknown
 bandwidth) are skipped, never turned into a refusal.
+
+Helion's autotune cache entries (`kernelsearch.helion`) are not records (no latency, error or
+versions; Helion's own config) and pass their own gate here, `accepted_helion`: Helion's entry
+shape, and the check the config passed (Helion's accuracy check against its default config)
+recorded as the entry's `checked_by`.
 """
 from __future__ import annotations
 
@@ -254,8 +259,8 @@ def accepted_helion(cache_key: str, data: str, *, kernel: str | None = None,
     entry is then listed as `helion:<kernel>`), else it is named by its source hash."""
     if not isinstance(cache_key, str) or not HELION_KEY.fullmatch(cache_key):
         raise RecordRejected("key", "expected Helion's cache key, 64 lowercase hex digits")
-    if not isinstance(data, str) or not data or len(data) > HELION_MAX_DATA:
-        raise RecordRejected("data", f"expected Helion's cache entry text of 1..{HELION_MAX_DATA} characters")
+    if not isinstance(data, str) or not data or len(data) > HELION_MAX_DATA or "\x00" in data:
+        raise RecordRejected("data", f"expected Helion's cache entry text of 1..{HELION_MAX_DATA} characters, no NUL")
     if checked is False:
         raise RecordRejected("checked", "Helion tuned this config with its accuracy check off "
                                         "(autotune_accuracy_check=False): not shared")

@@ -190,6 +190,7 @@ def test_without_a_service_the_local_store_keeps_the_entries(sqlite_store: Store
     stored = sqlite_store.get_helion_entry(key)
     assert stored is not None and stored.uploaded_by == "anonymous"
     backend.put(key, "not json")  # refused by the gate: the stored entry stays
+    backend.put(key, data.replace("NVIDIA", "NVIDIA\x00"))  # NUL: refused here, as PostgreSQL would
     assert backend.get(key) == data
 
 

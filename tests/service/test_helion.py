@@ -268,3 +268,30 @@ def test_helion_remote_cache_tunes_once_then_serves(server: LiveServer, helion_o
     served, misses, _ = _tune(tmp_path / "host2", monkeypatch)
     assert misses == 0 and served == tuned
     assert (tmp_path / "host2" / f"{key}.best_config").exists()  # Helion kept it locally too
+
+
+class CpuFiniteSearch(FiniteSearch):
+    """Helion's FiniteSearch, matching cached entries on the CPU: its hardware is `cpu` as the
+    cache key above says (Helion names no CPU device), and its specialization is serialized as
+    put() serializes it. Helion 1.4.0 serializes its live key otherwise (a torch.Size becomes a
+    tuple), so its warm start never matches a tensor kernel's entry, local or remote; this is
+    Helion's fix of that (pytorch/helion#3642, after 1.4.0)."""
+
+    def _get_current_hardware_and_specialization(self) -> tuple[str | None, str | None]:
+        from helion.autotuner.base_search import _normalize_spec_key_str
+
+        return "cpu", _normalize_spec_key_str(str(self.kernel.kernel._base_specialization_key(self.args)))
+
+
+def test_helion_warm_start_reads_the_entries_list_gives(server: LiveServer, helion_on_cpu: None,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Helion's warm start (`_find_similar_cached_configs`: the local cache, then the backend's
+    `list`) finds the config another host tuned, with this host's local cache empty."""
+    tuned, _, _ = _tune(tmp_path / "host1", monkeypatch)
+    for block in (64, 128):  # newer entries of another hardware: list() leaves them out, or they
+        KernelsearchBackend().put(*entry(block))  # would fill the 2 Helion asks for one match
+    monkeypatch.setenv("HELION_CACHE_DIR", str(tmp_path / "host3"))
+    x, y = torch.randn(16), torch.randn(16)
+    found = CpuFiniteSearch(add.bind((x, y)), (x, y))._find_similar_cached_configs(1)
+    assert [e.config for e in found] == [tuned]
+    assert found[0].hardware == "cpu" and found[0].flat_config is not None

@@ -13,6 +13,7 @@ error or a wait past the bound. Entries are shown on the dashboard's /helion pag
 """
 from __future__ import annotations
 
+import atexit
 import inspect
 import logging
 import os
@@ -28,6 +29,7 @@ from helion.autotuner.remote_cache import RemoteCacheBackend
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+LEFT_BEHIND_S = 10.0  # how long a request the caller stopped waiting for may still run
 
 __all__ = ["KernelsearchBackend"]
 
@@ -44,20 +46,26 @@ class _Connection:
         self.timeout_s = 2.0
         self.retry_s = 30.0
         self.down_until = 0.0
+        self._pending: set[threading.Thread] = set()
 
     def ensure(self) -> None:
         from kernelsearch.service.settings import ClientSettings
 
         st = ClientSettings()
-        sig = (st.service_url, st.database_url, st.api_token.get_secret_value() if st.api_token else None)
+        token = st.api_token.get_secret_value() if st.api_token else None
+        sig = (st.service_url, st.database_url, token, st.helion_timeout_s, st.autotune_retry_s)
         with self._lock:
             if sig == self._made_for:
                 return
+            if self.client is not None:
+                self.client.close()
             self.timeout_s, self.retry_s, self.down_until = st.helion_timeout_s, st.autotune_retry_s, 0.0
             if st.service_url:
                 from kernelsearch.service.client import Client
 
-                self.client, self.store = Client(st.service_url, token=sig[2], timeout=st.helion_timeout_s), None
+                # The caller waits helion_timeout_s; a request left behind (a put) may finish later.
+                self.client = Client(st.service_url, token=token, timeout=max(st.helion_timeout_s, LEFT_BEHIND_S))
+                self.store = None
             else:
                 from kernelsearch.service.provider import _local_store
 
@@ -91,6 +99,9 @@ class _Connection:
         t.start()
         t.join(self.timeout_s)
         if not box:
+            if what == "put":  # still under way: the process waits for it at exit (drain)
+                with self._lock:
+                    self._pending.add(t)
             self._failed(what, f"no answer within {self.timeout_s:g} s")
             return default
         ok, value = box[0]
@@ -105,6 +116,15 @@ class _Connection:
             self._failed(what, value)
         return default
 
+    def drain(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` in all for puts that outlived their bound (at exit: a script
+        that tuned a kernel still shares it, as the decorator's uploads do)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            pending, self._pending = list(self._pending), set()
+        for t in pending:
+            t.join(max(0.0, deadline - time.monotonic()))
+
     def _failed(self, what: str, why: object) -> None:
         log.warning("kernelsearch.helion: %s failed (%s); not asked again for %g s", what, why, self.retry_s)
         with self._lock:
@@ -112,6 +132,7 @@ class _Connection:
 
 
 CONNECTION = _Connection()
+atexit.register(CONNECTION.drain, 10.0)
 
 
 def _caller(kind: type) -> Any:

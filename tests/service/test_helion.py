@@ -171,11 +171,17 @@ def test_a_service_that_never_answers_is_a_miss_within_the_bound(monkeypatch: py
         assert KernelsearchBackend().get(entry(64)[0]) is None
         assert held and not release.is_set()
         assert CONNECTION.down_until > 0
+        CONNECTION.down_until = 0.0
+        KernelsearchBackend().put(*entry(64))  # returns at the bound; the put goes on
+        pending = list(CONNECTION._pending)
+        assert len(pending) == 1 and pending[0].is_alive()
     finally:
         release.set()
         lsock.close()
         for conn in held:
             conn.close()
+    CONNECTION.drain(10.0)  # what the process does at exit: the put ends (here: refused)
+    assert not pending[0].is_alive() and not CONNECTION._pending
 
 
 def test_without_a_service_the_local_store_keeps_the_entries(sqlite_store: Store,

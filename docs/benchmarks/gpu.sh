@@ -17,6 +17,8 @@
 #   issue22       fla-core (flash-linear-attention, .whl/) unchanged but for the decorator swap: triton.autotune
 #                 on a cold host, kernelsearch on a first host (tunes, shares) and a second (served), and
 #                 the configs fixed in advance; fresh processes and Triton caches (docs/benchmarks/issue22_fla.py)
+#   issue25       Helion (.whl/) through kernelsearch.helion: a softmax and an fp16 matmul tuned on a first host,
+#                 served on a second, and from Helion's own warm cache (docs/benchmarks/issue25_helion.py)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -82,6 +84,12 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       python3 docs/benchmarks/issue22_fla.py table $D | tee $D/table.txt
       $KS records list 2>/dev/null | grep -c fla. | sed 's/^/fla records in the store: /'
       $KS records export $D/records.json >/dev/null; kill $API ;;
+    issue25)
+      # .whl/ must add helion 1.4.0 and the dependencies the host lacks (filecheck, scikit-learn, ...).
+      D=$OUT/issue25; mkdir -p $D
+      timeout ${ISSUE25_S:-540} python3 docs/benchmarks/issue25_helion.py $D/issue25_helion.json \
+        --work /tmp/ks25 2>&1 | tail -5
+      cp /tmp/ks25/*.stderr.txt $D/ 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -59,6 +59,8 @@ class _Connection:
                 return
             if self.client is not None:
                 self.client.close()
+            if self.store is not None:
+                self.store.close()
             self.timeout_s, self.retry_s, self.down_until = st.helion_timeout_s, st.autotune_retry_s, 0.0
             if st.service_url:
                 from kernelsearch.service.client import Client

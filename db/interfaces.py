@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
     from .statuses import JobStatus
-    from .views import ImportReport, JobView, RecordIn, RecordView, Withdrawal
+    from .views import (HelionEntryIn, HelionEntryView, ImportReport, JobView, RecordIn,
+                        RecordView, Withdrawal)
     from .wire import EntryCheck
 
 
@@ -170,6 +171,18 @@ class KernelDefinitions(Protocol):
 
 
 @runtime_checkable
+class HelionEntries(Protocol):
+    """Helion's autotune cache entries under Helion's cache keys (`kernelsearch.helion`)."""
+
+    def put_helion_entry(self, entry: HelionEntryIn) -> HelionEntryView: ...
+
+    def get_helion_entry(self, cache_key: str) -> HelionEntryView | None: ...
+
+    def list_helion_entries(self, limit: int = 100, *, kernel: str | None = None,
+                            hardware: str | None = None) -> list[HelionEntryView]: ...
+
+
+@runtime_checkable
 class TuningStore(RecordRepository, TrialLog, DeviceRegistry, StudyClaims, Protocol):
     """What the tuner writes to: records, trials, devices, and the claim on its study."""
 
@@ -180,5 +193,5 @@ class WorkerStore(TuningStore, JobQueue, Health, Protocol):
 
 
 @runtime_checkable
-class ServiceStore(WorkerStore, RecordTransfer, KernelDefinitions, Protocol):
+class ServiceStore(WorkerStore, RecordTransfer, KernelDefinitions, HelionEntries, Protocol):
     """Everything the API serves: all of the above."""

@@ -268,3 +268,34 @@ class StudyClaim(Base):
     heartbeat_at: Mapped[datetime]
     # The fencing token (the job's attempt number) of the lease the claim was taken under.
     job_attempt: Mapped[int | None] = mapped_column(Integer)
+
+
+class HelionEntry(Base):
+    """One entry of Helion's autotune cache (`kernelsearch.helion`), under Helion's own cache key.
+
+    Kept apart from `Record`: Helion's entry carries no latency, error or versions to fill a
+    record with, and its config (lists per block) is no flat config of a declared kernel. `data`
+    is the exact JSON text Helion stored, so a read gives back those bytes; the other columns are
+    read out of it for listing and the dashboard. `checked_by` says which check the config passed
+    before it was stored (Helion compares each candidate's output with its default config's)."""
+
+    __tablename__ = "ks_helion_entries"
+    __table_args__ = (Index("ix_ks_helion_entries_updated_at", "updated_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cache_key: Mapped[str] = mapped_column(String(64), unique=True)
+    kernel: Mapped[str] = mapped_column(String(300), index=True)
+    hardware: Mapped[str] = mapped_column(String(200))
+    specialization_key: Mapped[str] = mapped_column(Text)
+    axes: Mapped[dict[str, Any]]
+    config: Mapped[dict[str, Any]]
+    data: Mapped[str] = mapped_column(Text)
+    kernel_source_hash: Mapped[str] = mapped_column(String(128))
+    runtime_name: Mapped[str] = mapped_column(String(200))
+    backend: Mapped[str] = mapped_column(String(64))
+    key_type: Mapped[str] = mapped_column(String(64))
+    checked_by: Mapped[str] = mapped_column(String(64))
+    uploaded_by: Mapped[str | None] = mapped_column(String(200))
+    uploaded_from: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

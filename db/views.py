@@ -18,7 +18,7 @@ from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, JobStatu
 __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
     "TrialIn", "RecordView", "ImportReport", "Withdrawal", "RECORD_KEY_FIELDS", "RECORD_COLUMNS",
-    "VIEW_COLUMNS", "field_specs", "WORKER_VERSIONS",
+    "VIEW_COLUMNS", "field_specs", "WORKER_VERSIONS", "HelionEntryIn", "HelionEntryView",
 ]
 
 # The key of a device's info (ks_devices.info) under which a worker reports the torch and triton
@@ -160,6 +160,38 @@ class Withdrawal:
     def as_dict(self) -> dict[str, Any]:
         return {"withdrawn": self.withdrawn.as_dict(),
                 "now_current": self.now_current.as_dict() if self.now_current else None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class HelionEntryIn:
+    """One Helion autotune cache entry to store (`models.HelionEntry`): Helion's cache key and the
+    exact text it stored (`data`), with what the acceptance gate read out of that text."""
+
+    cache_key: str
+    kernel: str
+    hardware: str
+    specialization_key: str
+    axes: dict[str, Any]
+    config: dict[str, Any]
+    data: str
+    kernel_source_hash: str
+    runtime_name: str
+    backend: str
+    key_type: str
+    checked_by: str
+    uploaded_by: str | None = None
+    uploaded_from: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HelionEntryView(HelionEntryIn):
+    """A stored Helion entry: first stored at `created_at`, last replaced at `updated_at`."""
+
+    created_at: datetime
+    updated_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _iso(v) for k, v in asdict(self).items()}
 
 
 # The fields a record's key rows hold (ks_kernels, ks_cases, ks_devices); every other field of

@@ -11,21 +11,29 @@ in range) or breaks a physical bound (a latency faster than the device's memory 
 above the kernel's tolerance, an unbounded derived figure, a time outside the project's era).
 Checks the declaration cannot answer (a kernel without `bytes_moved`, a device of unknown
 bandwidth) are skipped, never turned into a refusal.
+
+Helion's autotune cache entries (`kernelsearch.helion`) are not records (no latency, error or
+versions; Helion's own config) and pass their own gate here, `accepted_helion`: Helion's entry
+shape, and the check the config passed (Helion's accuracy check against its default config)
+recorded as the entry's `checked_by`.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from kernelsearch import kernels
 from kernelsearch.db.errors import ImportRejected
 from kernelsearch.db.statuses import RecordOrigin
-from kernelsearch.db.views import RecordIn
+from kernelsearch.db.views import HelionEntryIn, RecordIn
 from kernelsearch.db.wire import InvalidRecord, validated_record
 from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.spec import LAUNCH_OPTIONS, KernelDef, in_choices
+from kernelsearch.kernels.undeclared import DTYPE_AXIS_SUFFIX
 
 # Bytes per second no device moves: 1000 TB/s, some 200 times an H200's HBM and well above any
 # on-chip cache. Applies on every device, known or not (an interpreter's too).
@@ -213,4 +221,81 @@ def import_check(rec: RecordIn) -> None:
         raise ImportRejected(e.reason, field=e.field) from None
 
 
-__all__ = ["RecordRejected", "accepted", "as_upload", "import_check"]
+# Helion's cache entries (kernelsearch.helion). Helion's cache key is the sha256 of its key's repr.
+HELION_KEY = re.compile(r"[0-9a-f]{64}")
+HELION_MAX_DATA = 60_000  # characters: an entry is a few KB; the API's body limit is 64 KiB
+HELION_KEY_FIELDS = ("specialization_key", "kernel_source_hash", "hardware", "runtime_name", "backend")
+# Which check an entry's config passed. Helion's autotuner compares every candidate's outputs with
+# its default config's (`autotune_accuracy_check`, on unless turned off); the backend reports the
+# setting when it can see the autotuner, and an entry tuned with the check off is refused.
+HELION_CHECKED = "helion-accuracy-check"
+HELION_CHECK_UNREPORTED = "helion (check not reported)"
+# A tensor in Helion's specialization key: `torch.float16, torch.Size([64, 128])`.
+_HELION_TENSOR = re.compile(r"torch\.(\w+), torch\.Size\(\[([0-9, ]*)\]\)")
+
+
+def helion_axes(specialization_key: str, arg_names: list[str] | None = None) -> dict[str, Any]:
+    """The case of a Helion specialization key: each tensor's dtype (`x.dtype`, categorical as an
+    undeclared kernel's) and sizes (`x.size0`, ... as Helion keys them: exact sizes under static
+    shapes, Helion's buckets otherwise). Tensors are named by `arg_names` when it names each of
+    them, else `t0`, `t1`, ... in order; {} when the key shows no tensor."""
+    found = _HELION_TENSOR.findall(specialization_key)
+    names = arg_names if arg_names is not None and len(arg_names) == len(found) else \
+        [f"t{i}" for i in range(len(found))]
+    axes: dict[str, Any] = {}
+    for name, (dtype, sizes) in zip(names, found):
+        axes[f"{name}{DTYPE_AXIS_SUFFIX}"] = dtype
+        for j, size in enumerate(x for x in sizes.split(",") if x.strip()):
+            axes[f"{name}.size{j}"] = int(size)
+    return axes
+
+
+def accepted_helion(cache_key: str, data: str, *, kernel: str | None = None,
+                    arg_names: list[str] | None = None, checked: bool | None = None,
+                    by: str | None = None, host: str | None = None) -> HelionEntryIn:
+    """A Helion cache entry as the store keeps it, once its text is what Helion's local cache
+    writes (a JSON object with `config` and `key.fields`); RecordRejected names the first bad
+    field otherwise. `kernel` is the kernel's `module.qualname` when the caller knows it (the
+    entry is then listed as `helion:<kernel>`), else it is named by its source hash."""
+    if not isinstance(cache_key, str) or not HELION_KEY.fullmatch(cache_key):
+        raise RecordRejected("key", "expected Helion's cache key, 64 lowercase hex digits")
+    if not isinstance(data, str) or not data or len(data) > HELION_MAX_DATA or "\x00" in data:
+        raise RecordRejected("data", f"expected Helion's cache entry text of 1..{HELION_MAX_DATA} characters, no NUL")
+    if checked is False:
+        raise RecordRejected("checked", "Helion tuned this config with its accuracy check off "
+                                        "(autotune_accuracy_check=False): not shared")
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise RecordRejected("data", f"not JSON: {e}") from None
+    fields = doc.get("key", {}).get("fields") if isinstance(doc, dict) and isinstance(doc.get("key"), dict) else None
+    if not isinstance(fields, dict):
+        raise RecordRejected("data.key.fields", "expected an object (Helion's cache key fields)")
+    for name in HELION_KEY_FIELDS:
+        v = fields.get(name)
+        if not isinstance(v, str) or not v or len(v) > (20_000 if name == "specialization_key" else 200):
+            raise RecordRejected(f"data.key.fields.{name}", "expected a non-empty string")
+    try:
+        config = json.loads(doc["config"]) if isinstance(doc.get("config"), str) else doc.get("config")
+    except ValueError as e:
+        raise RecordRejected("data.config", f"not JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise RecordRejected("data.config", "expected Helion's config, a JSON object")
+    if kernel is not None and (not isinstance(kernel, str) or not kernel or len(kernel) > 290):
+        raise RecordRejected("kernel", "expected the kernel's module.qualname, 1..290 characters")
+    if arg_names is not None and (not isinstance(arg_names, list)
+                                  or not all(isinstance(n, str) and 0 < len(n) <= 100 for n in arg_names)):
+        raise RecordRejected("arg_names", "expected a list of argument names")
+    key_type = doc["key"].get("type")
+    return HelionEntryIn(
+        cache_key=cache_key,
+        kernel=f"helion:{kernel}" if kernel else f"helion:src-{fields['kernel_source_hash'][:12]}",
+        hardware=fields["hardware"], specialization_key=fields["specialization_key"],
+        axes=helion_axes(fields["specialization_key"], arg_names), config=config, data=data,
+        kernel_source_hash=fields["kernel_source_hash"], runtime_name=fields["runtime_name"],
+        backend=fields["backend"], key_type=key_type if isinstance(key_type, str) else "",
+        checked_by=HELION_CHECKED if checked else HELION_CHECK_UNREPORTED,
+        uploaded_by=(by or "anonymous")[:200], uploaded_from=host[:200] if host else None)
+
+
+__all__ = ["RecordRejected", "accepted", "as_upload", "import_check", "accepted_helion", "helion_axes"]

@@ -32,7 +32,7 @@ from .deps import WriterToken
 from .lookups import (BestCache, BoundedPool, LookupTimeout, ReadTimeout, current_reads, lookup_store,
                       read_store)
 from .metrics import Metrics
-from .routers import best, dashboard, definitions, health, jobs, kernels, metrics, records
+from .routers import best, dashboard, definitions, health, helion, jobs, kernels, metrics, records
 from .settings import Settings, get_settings
 from .strict_input import BodyLimit, StrictJSON, TrustedHost, query_text
 
@@ -99,7 +99,7 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
         app.add_middleware(TrustedHost, allowed=trusted_hosts)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (health.router, kernels.router, definitions.router, best.make_router(),
-                   records.router,
+                   records.router, helion.router,
                    jobs.router, metrics.router, dashboard.router):
         app.include_router(router)
     _document_as_served(app)

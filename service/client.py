@@ -150,6 +150,29 @@ class Client:
         """Register an undeclared kernel's definition (kernels.undeclared.Definition as JSON)."""
         return self._request("POST", "/v1/kernels", json=dict(definition))
 
+    # -- Helion's autotune cache (kernelsearch.helion) ------------------------------------------
+    def helion_get(self, key: str) -> dict[str, Any] | None:
+        """The Helion entry stored under Helion's cache key (its `data` is the exact text); None
+        when there is none."""
+        try:
+            return self._request("GET", f"/v1/helion/entries/{key}")
+        except NotFound:
+            return None
+
+    def helion_put(self, key: str, data: str, *, kernel: str | None = None,
+                   arg_names: Sequence[str] | None = None, checked: bool | None = None) -> dict[str, Any]:
+        """Store Helion's entry text under its cache key (writer token)."""
+        body: dict[str, Any] = {"data": data, "kernel": kernel, "checked": checked,
+                                "arg_names": list(arg_names) if arg_names is not None else None}
+        return self._request("PUT", f"/v1/helion/entries/{key}", json=body)
+
+    def helion_list(self, limit: int = 100, *, kernel: str | None = None,
+                    hardware: str | None = None) -> list[dict[str, Any]]:
+        """The newest Helion entries first."""
+        params: dict[str, Any] = {"limit": limit}
+        params.update({k: v for k, v in (("kernel", kernel), ("hardware", hardware)) if v is not None})
+        return self._request("GET", "/v1/helion/entries", params=params)
+
     # -- jobs ---------------------------------------------------------------------------------
     def submit_job(self, kernel: str, cases: Sequence[Mapping[str, int]] | Literal["all"],
                    n_trials: int, sampler: str | None = None,

@@ -513,6 +513,23 @@ def render_jobs(store: ServiceStore, settings: Settings, query: Mapping[str, str
         cancel=_cancel_enabled(settings))
 
 
+HELION_PAGE = 200  # entries the /helion page shows
+
+
+def render_helion(store: ServiceStore, settings: Settings, query: Mapping[str, str]) -> str:
+    """Helion's cache entries (kernelsearch.helion), newest first; `kernel=` keeps one kernel's."""
+    kernel = _one(query, "kernel")
+    if kernel is not None and len(kernel) > 200:
+        raise PageError(422, "kernel: at most 200 characters")
+    entries = []
+    for e in store.list_helion_entries(HELION_PAGE, kernel=kernel):
+        d = e.as_dict()
+        d["case_label"] = _axes_label(e.axes)
+        d["config_label"] = json.dumps(e.config, sort_keys=True, separators=(", ", "="))
+        entries.append(d)
+    return _env.get_template("helion.html").render(entries=entries, kernel=kernel, limit=HELION_PAGE)
+
+
 async def page(fn: Any, *args: Any) -> HTMLResponse:
     """fn(*args)'s HTML in a thread of the read pool (503 past KS_READ_TIMEOUT_S), with the CSP;
     a PageError is shown as its 4xx page."""

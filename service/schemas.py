@@ -198,3 +198,40 @@ class DefinitionIn(BaseModel):
         default_factory=list, max_length=1000,
         description="configs workers may search besides `configs` (the decorator's search_space=)")
     description: str = Field("", max_length=500)
+
+
+class HelionEntryIn(BaseModel):
+    """A Helion autotune cache entry (`kernelsearch.helion`): the exact text Helion stored under
+    its cache key, and what the backend saw of the kernel."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    data: str = Field(min_length=1, max_length=60_000,
+                      description="Helion's cache entry, as its local cache writes it (JSON text)")
+    kernel: str | None = Field(None, min_length=1, max_length=290,
+                               description="module.qualname of the Helion kernel, when known")
+    arg_names: list[str] | None = Field(None, max_length=200,
+                                        description="the kernel's tensor arguments, in call order")
+    checked: bool | None = Field(None, description="whether Helion's accuracy check was on "
+                                 "while it tuned (false: refused); null: not reported")
+
+
+class HelionEntryOut(BaseModel):
+    """A stored Helion entry: `data` is exactly the text that was stored under `key`."""
+
+    key: str
+    kernel: str
+    hardware: str
+    specialization_key: str
+    axes: dict[str, AxisValue]
+    config: dict[str, Any]
+    data: str
+    kernel_source_hash: str
+    runtime_name: str
+    backend: str
+    key_type: str
+    checked_by: str
+    uploaded_by: str | None
+    uploaded_from: str | None
+    created_at: datetime
+    updated_at: datetime

@@ -48,6 +48,8 @@ class ClientSettings(BaseSettings):
         "none", description="broadcast: rank 0 of a torch.distributed group resolves each key for all ranks")
     autotune_submit: bool = Field(True, description="a key without a record queues a tuning job")
     autotune_prepare: bool = Field(True, description="a declaration prepares the lookups in the background")
+    helion_timeout_s: float = Field(2.0, gt=0, le=60, description="kernelsearch.helion: Helion's cache "
+                                    "read, write or list waits this long at most (a miss costs minutes of tuning)")
 
 
 class Settings(ClientSettings):

@@ -2,10 +2,11 @@
 `db.store.Store` combines them over one engine."""
 from ._base import RepoBase
 from .devices import DeviceRepo
+from .helion import HelionRepo
 from .jobs import JobRepo
 from .kernels import KernelRepo
 from .records import RecordRepo
 from .transfer import TransferRepo
 from .trials import TrialRepo
 
-__all__ = ["RepoBase", "DeviceRepo", "JobRepo", "KernelRepo", "RecordRepo", "TrialRepo", "TransferRepo"]
+__all__ = ["RepoBase", "DeviceRepo", "HelionRepo", "JobRepo", "KernelRepo", "RecordRepo", "TrialRepo", "TransferRepo"]

@@ -23,6 +23,8 @@
 #   tcache        fla unchanged with TRITON_CACHE_AUTOTUNING=1: Triton's file cache on a cold host,
 #                 kernelsearch.triton_cache on a first and a second host, Triton's Redis remote cache on a
 #                 first and a second host (issue22_fla.py's tc-* modes; Redis at 127.0.0.1:6379 if it runs)
+#   helion        Helion (.whl/) through kernelsearch.helion: a softmax and an fp16 matmul tuned on a first host,
+#                 served on a second, and from Helion's own warm cache (docs/benchmarks/issue25_helion.py)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -126,6 +128,12 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       done
       python3 docs/benchmarks/issue22_fla.py table $D | tee $D/table.txt
       $KS records export $D/records.json >/dev/null; kill $API ;;
+    helion)
+      # .whl/ must add helion 1.4.0 and the dependencies the host lacks (filecheck, scikit-learn, ...).
+      D=$OUT/issue25; mkdir -p $D
+      timeout ${ISSUE25_S:-540} python3 docs/benchmarks/issue25_helion.py $D/issue25_helion.json \
+        --work /tmp/ks25 2>&1 | tail -5
+      cp /tmp/ks25/*.stderr.txt $D/ 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from ..dashboard import page, render, render_case, render_job, render_jobs, render_kernel
+from ..dashboard import page, render, render_case, render_helion, render_job, render_jobs, render_kernel
 from ..deps import EmbeddedWorkerDep, SettingsDep, StoreDep
 from .common import JOB_ID
 
@@ -45,3 +45,10 @@ async def jobs_page(request: Request, store: StoreDep, settings: SettingsDep) ->
 async def job_page(store: StoreDep, settings: SettingsDep, job_id: int = JOB_ID) -> HTMLResponse:
     """One job: its progress and the trials it ran, the failed ones first."""
     return await page(render_job, store, settings, job_id)
+
+
+@router.get("/helion", response_class=HTMLResponse)
+async def helion_page(request: Request, store: StoreDep, settings: SettingsDep) -> HTMLResponse:
+    """Helion's autotune cache entries stored by kernelsearch.helion, newest first (`kernel=`
+    keeps one kernel's): kernel, case, hardware, config, the check it passed."""
+    return await page(render_helion, store, settings, request.query_params)

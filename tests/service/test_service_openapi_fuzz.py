@@ -3,8 +3,8 @@ response schemas and headers, Allow on 405, negative data refused), valid and in
 
 Positive-data acceptance is left out on the operations whose input depends on the kernel they
 name (the axes of /v1/best and /case, the case axes and config of a job or an uploaded record),
-and on an undeclared kernel's definition (its key and dtype arguments must be among its
-arguments): OpenAPI cannot say that `seq_len` belongs to one kernel and `total_patches` to
+on an undeclared kernel's definition (its key and dtype arguments must be among its
+arguments), and on a Helion cache entry (its `data` is Helion's JSON text inside a string): OpenAPI cannot say that `seq_len` belongs to one kernel and `total_patches` to
 another, so a "schema-valid" request may still be a 422 there; every other check runs on them."""
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from kernelsearch.service.api import create_app  # noqa: E402
 _TMP = tempfile.TemporaryDirectory(prefix="ks-fuzz-")
 _URL = f"sqlite:///{_TMP.name}/fuzz.db"
 KERNEL_DEPENDENT = {("GET", "/v1/best"), ("GET", "/case"), ("POST", "/v1/jobs"),
-                    ("POST", "/v1/records"), ("POST", "/v1/kernels")}
+                    ("POST", "/v1/records"), ("POST", "/v1/kernels"),
+                    ("PUT", "/v1/helion/entries/{key}")}
 
 
 def _app():

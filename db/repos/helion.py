@@ -1,0 +1,66 @@
+"""Helion's autotune cache entries (`interfaces.HelionEntries`), under Helion's own cache keys:
+a read gives back exactly the text that was stored."""
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..models import HelionEntry, utcnow
+from ..views import HelionEntryIn, HelionEntryView
+from ._base import RepoBase
+
+_COLUMNS = tuple(f.name for f in fields(HelionEntryView))
+MAX_LIST = 1000
+
+
+def _view(row: HelionEntry) -> HelionEntryView:
+    return HelionEntryView(**{c: getattr(row, c) for c in _COLUMNS})
+
+
+class HelionRepo(RepoBase):
+    def put_helion_entry(self, entry: HelionEntryIn) -> HelionEntryView:
+        """Store an entry, replacing the one under the same cache key (Helion writes a key again
+        when it tunes it again: the newest config is the one it uses)."""
+
+        def tx(s: Session) -> HelionEntryView:
+            row = s.execute(select(HelionEntry).where(HelionEntry.cache_key == entry.cache_key)
+                            .with_for_update()).scalar_one_or_none()
+            values = asdict(entry)
+            if row is None:
+                row = HelionEntry(**values)
+                s.add(row)
+            else:
+                for k, v in values.items():
+                    setattr(row, k, v)
+                row.updated_at = utcnow()
+            s.flush()
+            return _view(row)
+
+        return self._tx(tx, write=True)
+
+    def get_helion_entry(self, cache_key: str) -> HelionEntryView | None:
+        def q(s: Session) -> HelionEntryView | None:
+            row = s.execute(select(HelionEntry).where(HelionEntry.cache_key == cache_key)).scalar_one_or_none()
+            return None if row is None else _view(row)
+
+        return self._tx(q, write=False)
+
+    def list_helion_entries(self, limit: int = 100, *, kernel: str | None = None,
+                            hardware: str | None = None) -> list[HelionEntryView]:
+        """The newest entries first (as Helion's warm start reads them), at most `limit`."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+            raise ValueError(f"limit: expected an int in 1..{MAX_LIST}, got {limit!r}")
+
+        def q(s: Session) -> list[HelionEntryView]:
+            stmt = select(HelionEntry)
+            if kernel is not None:
+                stmt = stmt.where(HelionEntry.kernel == kernel)
+            if hardware is not None:
+                stmt = stmt.where(HelionEntry.hardware == hardware)
+            rows = s.execute(stmt.order_by(HelionEntry.updated_at.desc(), HelionEntry.id.desc())
+                             .limit(limit)).scalars().all()
+            return [_view(r) for r in rows]
+
+        return self._tx(q, write=False)

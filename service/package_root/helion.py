@@ -1,0 +1,234 @@
+"""kernelsearch.helion: Helion's autotune cache kept by kernelsearch, so a kernel Helion tuned once
+(on any host) is served to every later process instead of tuned again for minutes.
+
+    HELION_AUTOTUNE_CACHE=RemoteAutotuneCache
+    HELION_REMOTE_CACHE_BACKEND=kernelsearch.helion.KernelsearchBackend
+    KS_SERVICE_URL=http://host:8000  KS_API_TOKEN=...   # unset: the local store (KS_DATABASE_URL)
+
+Helion builds the backend with no arguments, for every kernel it tunes; this module therefore
+keeps its connection and the service's down state per process. It runs inside the user's
+program: each call is bounded by KS_HELION_TIMEOUT_S, a failed service is left alone for
+KS_AUTOTUNE_RETRY_S, and any fault is a miss (`get` None, `list` empty, `put` dropped), never an
+error or a wait past the bound. Entries are shown on the dashboard's /helion page.
+"""
+from __future__ import annotations
+
+import atexit
+import inspect
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any, TypeVar
+
+from helion.autotuner.remote_cache import RemoteCacheBackend
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+LEFT_BEHIND_S = 10.0  # how long a request the caller stopped waiting for may still run
+
+__all__ = ["KernelsearchBackend"]
+
+
+class _Connection:
+    """This process's way to the entries (the service's client, else the local store), made
+    again when the settings change, and the time until which it is left alone after a fault."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made_for: tuple | None = None
+        self.client: Any = None
+        self.store: Any = None
+        self.timeout_s = 2.0
+        self.retry_s = 30.0
+        self.down_until = 0.0
+        self._pending: set[threading.Thread] = set()
+
+    def ensure(self) -> None:
+        from kernelsearch.service.settings import ClientSettings
+
+        st = ClientSettings()
+        token = st.api_token.get_secret_value() if st.api_token else None
+        sig = (st.service_url, st.database_url, token, st.helion_timeout_s, st.autotune_retry_s)
+        with self._lock:
+            if sig == self._made_for:
+                return
+            if self.client is not None:
+                self.client.close()
+            if self.store is not None:
+                self.store.close()
+            self.timeout_s, self.retry_s, self.down_until = st.helion_timeout_s, st.autotune_retry_s, 0.0
+            if st.service_url:
+                from kernelsearch.service.client import Client
+
+                # The caller waits helion_timeout_s; a request left behind (a put) may finish later.
+                self.client = Client(st.service_url, token=token, timeout=max(st.helion_timeout_s, LEFT_BEHIND_S))
+                self.store = None
+            else:
+                from kernelsearch.service.provider import _local_store
+
+                self.client, self.store = None, _local_store(st)
+            self._made_for = sig
+
+    def reset(self) -> None:
+        """Forget the connection and the down state (tests; a changed environment)."""
+        with self._lock:
+            self._made_for, self.client, self.store, self.down_until = None, None, None, 0.0
+
+    def call(self, what: str, fn: Callable[[], T], default: T) -> T:
+        """fn() in a daemon thread, waited on for the bound at most; `default` on a fault, a
+        time-out or while the service is left alone."""
+        try:
+            self.ensure()
+        except Exception as exc:
+            log.warning("kernelsearch.helion: not configured (%s)", exc)
+            return default
+        if time.monotonic() < self.down_until or (self.client is None and self.store is None):
+            return default
+        box: list[Any] = []
+
+        def body() -> None:
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+                box.append((False, exc))
+
+        t = threading.Thread(target=body, name=f"ks-helion-{what}", daemon=True)
+        t.start()
+        t.join(self.timeout_s)
+        if not box:
+            if what == "put":  # still under way: the process waits for it at exit (drain)
+                with self._lock:
+                    self._pending.add(t)
+            self._failed(what, f"no answer within {self.timeout_s:g} s")
+            return default
+        ok, value = box[0]
+        if ok:
+            return value
+        from kernelsearch.search_space.acceptance import RecordRejected
+        from kernelsearch.service.client import ClientError
+
+        if isinstance(value, RecordRejected) or (isinstance(value, ClientError) and 0 < value.status < 500):
+            log.warning("kernelsearch.helion: %s refused: %s", what, value)  # this entry, not the service
+        else:
+            self._failed(what, value)
+        return default
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` in all for puts that outlived their bound (at exit: a script
+        that tuned a kernel still shares it, as the decorator's uploads do)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            pending, self._pending = list(self._pending), set()
+        for t in pending:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _failed(self, what: str, why: object) -> None:
+        log.warning("kernelsearch.helion: %s failed (%s); not asked again for %g s", what, why, self.retry_s)
+        with self._lock:
+            self.down_until = time.monotonic() + self.retry_s
+
+
+CONNECTION = _Connection()
+atexit.register(CONNECTION.drain, 10.0)
+
+
+def _caller(kind: type) -> Any:
+    """The Helion object of that kind (its cache, or its search) whose method called the backend,
+    when one did: it names the kernel, its arguments, its device and the autotuner's settings,
+    which Helion's key and entry text do not all hold."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return None
+        obj = frame.f_locals.get("self")
+        if isinstance(obj, kind):
+            return obj
+        frame = frame.f_back
+    return None
+
+
+def _hardware(search: Any) -> str | None:
+    """The hardware Helion's warm start matches entries on (None: any)."""
+    try:
+        hw = search._get_current_hardware_and_specialization()[0]
+        return hw if isinstance(hw, str) and hw else None
+    except Exception:
+        return None
+
+
+def _kernel_facts(cache: Any) -> tuple[str | None, list[str] | None, bool | None]:
+    """(module.qualname, the tensor arguments' names in call order, whether Helion's accuracy
+    check was on) of the kernel a cache object tunes; None for what it does not show."""
+    if cache is None:
+        return None, None, None
+    try:
+        import torch
+
+        fn = cache.kernel.kernel.fn
+        module = fn.__module__
+        if module == "__main__":  # a script: named by its file, as `python -m` would import it
+            module = os.path.splitext(os.path.basename(fn.__code__.co_filename))[0]
+        params = list(inspect.signature(fn).parameters)
+        names = [n for n, a in zip(params, cache.args) if isinstance(a, torch.Tensor)]
+        checked = getattr(cache.autotuner.settings, "autotune_accuracy_check", None)
+        return f"{module}.{fn.__qualname__}", names, checked if isinstance(checked, bool) else None
+    except Exception:  # a Helion whose objects look otherwise: the entry is named by its source hash
+        return None, None, None
+
+
+class KernelsearchBackend(RemoteCacheBackend):
+    """Helion's `RemoteCacheBackend` over kernelsearch: `HELION_REMOTE_CACHE_BACKEND=
+    kernelsearch.helion.KernelsearchBackend` with `HELION_AUTOTUNE_CACHE=RemoteAutotuneCache`."""
+
+    def get(self, key: str) -> str | None:
+        """The exact text stored under Helion's cache key; None on a miss or any fault."""
+        c = CONNECTION
+
+        def fetch() -> str | None:
+            if c.client is not None:
+                got = c.client.helion_get(key)
+                return None if got is None else str(got["data"])
+            entry = c.store.get_helion_entry(key)
+            return None if entry is None else entry.data
+
+        return c.call("get", fetch, None)
+
+    def put(self, key: str, data: str) -> None:
+        """Store Helion's entry text under its key; dropped (logged) on any fault."""
+        from helion.autotuner.base_cache import AutotuneCacheBase
+
+        kernel, arg_names, checked = _kernel_facts(_caller(AutotuneCacheBase))
+        c = CONNECTION
+
+        def store() -> None:
+            if c.client is not None:
+                c.client.helion_put(key, data, kernel=kernel, arg_names=arg_names, checked=checked)
+                return
+            from kernelsearch.search_space.acceptance import accepted_helion
+
+            c.store.put_helion_entry(accepted_helion(key, data, kernel=kernel, arg_names=arg_names,
+                                                     checked=checked, host=socket.gethostname()))
+
+        c.call("put", store, None)
+
+    def list(self, max_results: int | None = None) -> Iterable[str]:
+        """The newest entries' texts, newest first, of the calling search's hardware when it
+        shows one (Helion's warm start keeps those of its hardware and specialization); empty on
+        any fault."""
+        from helion.autotuner.base_search import BaseSearch
+
+        limit = 100 if max_results is None else max(1, min(int(max_results), 1000))
+        hardware = _hardware(_caller(BaseSearch))
+        c = CONNECTION
+
+        def fetch() -> list[str]:
+            if c.client is not None:
+                return [str(e["data"]) for e in c.client.helion_list(limit, hardware=hardware)]
+            return [e.data for e in c.store.list_helion_entries(limit, hardware=hardware)]
+
+        return c.call("list", fetch, [])

@@ -1,0 +1,65 @@
+"""/v1/helion/entries: Helion's autotune cache (`kernelsearch.helion`, a `RemoteCacheBackend`):
+an entry stored under Helion's own cache key, read back exactly, and the newest entries listed
+for Helion's warm start."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import Path as PathParam
+
+from kernelsearch.db.views import HelionEntryView
+from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
+
+from .. import schemas
+from ..deps import StoreDep, require_writer
+from ..lookups import run_read
+from .common import ERRORS, WRITE_ERRORS, check_text
+from .records import ANONYMOUS, TOKEN_UPLOADER, refused
+
+router = APIRouter(tags=["helion"])
+
+KEY = PathParam(pattern="^[0-9a-f]{64}$", description="Helion's cache key (sha256 of its key, hex)")
+
+
+def entry_json(e: HelionEntryView) -> dict[str, Any]:
+    d = e.as_dict()
+    d["key"] = d.pop("cache_key")
+    return d
+
+
+@router.put("/v1/helion/entries/{key}", response_model=schemas.HelionEntryOut,
+            responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def put_entry(body: schemas.HelionEntryIn, request: Request, store: StoreDep, key: str = KEY) -> Any:
+    """Store Helion's entry under its cache key (replacing the key's entry), once the acceptance
+    gate has read it: Helion's key fields, a config, and Helion's accuracy check not turned off."""
+    token = request.app.state.writer_token
+    try:
+        entry = accepted_helion(key, body.data, kernel=body.kernel, arg_names=body.arg_names,
+                                checked=body.checked, by=TOKEN_UPLOADER if token else ANONYMOUS,
+                                host=request.client.host if request.client else None)
+    except RecordRejected as e:
+        raise refused(e) from None
+    return entry_json(store.put_helion_entry(entry))
+
+
+@router.get("/v1/helion/entries/{key}", response_model=schemas.HelionEntryOut, responses=ERRORS)
+async def get_entry(store: StoreDep, key: str = KEY) -> Any:
+    """The entry stored under Helion's cache key; 404 when there is none."""
+    got = await run_read(store.get_helion_entry, key)
+    if got is None:
+        raise HTTPException(404, f"no Helion entry under {key}")
+    return entry_json(got)
+
+
+@router.get("/v1/helion/entries", response_model=list[schemas.HelionEntryOut], responses=ERRORS)
+async def list_entries(store: StoreDep, limit: int = Query(100, ge=1, le=1000),
+                       kernel: str | None = Query(None, max_length=200),
+                       hardware: str | None = Query(None, max_length=200)) -> Any:
+    """The newest entries first (Helion's warm start reads them), optionally of one kernel
+    (`helion:module.qualname`) or one hardware."""
+    for name, v in (("kernel", kernel), ("hardware", hardware)):
+        if v is not None:
+            check_text(name, v)
+    got = await run_read(lambda: store.list_helion_entries(limit, kernel=kernel, hardware=hardware))
+    return [entry_json(e) for e in got]

@@ -10,6 +10,10 @@ import triton
 import triton.language as tl
 
 TRIG_CHOICES = ("precise", "approx", "approx_rr")
+# Only `precise` and `approx_rr` pass the domain's largest angles: the tuner's gate refuses
+# `approx` there. Keep the line count above the jit functions below: Triton's JIT cache key,
+# the kernels' source identity, counts their line numbers, and every shipped record is keyed
+# by it.
 
 _INV_2PI = 0.15915494309189535
 _2PI_HI = 6.28125

@@ -20,9 +20,9 @@
 #   compile       torch.compile of an @kernelsearch.autotune softmax: tuned eagerly on one host and shared,
 #                 then compiled on a fresh one (served at trace time), against plain triton.autotune compiled
 #                 (docs/benchmarks/issue25_compile.py)
-#   tcache        fla unchanged with TRITON_CACHE_AUTOTUNING=1: Triton's file cache on a cold host,
-#                 kernelsearch.triton_cache on a first and a second host, Triton's Redis remote cache on a
-#                 first and a second host (issue22_fla.py's tc-* modes; Redis at 127.0.0.1:6379 if it runs)
+#   tcache        fla unchanged with TRITON_CACHE_AUTOTUNING=1: Triton's Redis remote cache on a first (cold)
+#                 and a second host, kernelsearch.triton_cache on a first and a second host (issue22_fla.py's
+#                 tc-* modes; TCACHE_MODES=tc-triton adds Triton's file cache alone)
 #   helion        Helion (.whl/) through kernelsearch.helion: a softmax and an fp16 matmul tuned on a first host,
 #                 served on a second, and from Helion's own warm cache (docs/benchmarks/issue25_helion.py)
 set -u
@@ -37,6 +37,12 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 export KS_DATABASE_URL=${KS_DATABASE_URL:-sqlite:////tmp/ks/kernelsearch.db}
 KS="python3 -m kernelsearch.service.cli"
 RECORDS=${RECORDS:-service/data/h200_records.json}
+# Redis for the baselines (Triton's and Inductor's remote caches): the host's, else the Debian build
+# carried in .redis/ (the binary and its libraries).
+if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && [ -x .redis/redis-server ]; then
+  LD_LIBRARY_PATH=$PWD/.redis .redis/redis-server --port 6379 --save '' --daemonize yes >/dev/null 2>&1 \
+    && echo "redis started from .redis/" || echo "redis did not start"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 for step in "$@"; do
   echo "== $step $(date +%T)"
@@ -97,7 +103,8 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       $KS serve --no-worker --port 8725 > $D/api.log 2>&1 &
       API=$!
       for _ in $(seq 60); do curl -sf http://127.0.0.1:8725/healthz >/dev/null && break; sleep 1; done
-      for mode in share compiled baseline; do
+      for mode in share compiled baseline baseline-second; do
+        TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE=1 TORCHINDUCTOR_REDIS_URL=redis://127.0.0.1:6379 \
         TRITON_CACHE_DIR=/tmp/ks25c/tc_$mode TORCHINDUCTOR_CACHE_DIR=/tmp/ks25c/ind_$mode \
           KS_SERVICE_URL=http://127.0.0.1:8725 KS_DATABASE_URL=sqlite:////tmp/ks25c/absent.db \
           KS_AUTOTUNE_TIMEOUT_S=5 timeout ${COMPILE_S:-150} python3 docs/benchmarks/issue25_compile.py $mode \
@@ -112,8 +119,7 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       $KS serve --no-worker --port 8726 > $D/api.log 2>&1 &
       API=$!
       for _ in $(seq 60); do curl -sf http://127.0.0.1:8726/healthz >/dev/null && break; sleep 1; done
-      (command -v redis-server && redis-cli -h 127.0.0.1 ping) > $D/redis.txt 2>&1; cat $D/redis.txt
-      for mode in ${TCACHE_MODES:-tc-triton tc-ks-first tc-ks-second tc-redis-first tc-redis-second}; do
+      for mode in ${TCACHE_MODES:-tc-redis-first tc-redis-second tc-ks-first tc-ks-second}; do
         case $mode in
           tc-ks-*) MGR=kernelsearch.triton_cache:AutotuneCacheManager ;;
           tc-redis-*) MGR=triton.runtime.cache:RemoteCacheManager ;;

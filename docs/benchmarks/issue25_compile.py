@@ -5,11 +5,13 @@
   compiled   torch.compile, fresh process and Triton/Inductor caches: the config comes from the
              service at trace time (early_config_prune); Inductor benchmarks nothing
   baseline   the same code under plain triton.autotune, compiled: Inductor tunes every config
+             (gpu.sh turns Inductor's Redis autotune cache on: TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE=1)
+  baseline-second   the same on a second host (fresh Inductor and Triton caches, the same Redis)
 
 Each prints one JSON line: time from the first call to its result, the config the kernel ran,
 where it came from, and the largest difference from the eager torch.softmax.
 
-    python3 issue25_compile.py share|compiled|baseline
+    python3 issue25_compile.py share|compiled|baseline|baseline-second
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def main(mode: str) -> None:
 
     import kernelsearch
 
-    deco = triton.autotune if mode == "baseline" else kernelsearch.autotune
+    deco = triton.autotune if mode.startswith("baseline") else kernelsearch.autotune
     configs = [triton.Config({"BLOCK_M": m}, num_warps=w) for m in (1, 2, 4, 8) for w in (4, 8)]
 
     @deco(configs=configs, key=["n_rows", "n_cols"])

@@ -35,17 +35,19 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+# Subpackages and the hook modules a program may name (`kernelsearch.triton_cache`, ...).
+_SUBMODULES = ("kernels", "search_space", "db", "service", "triton_cache", "helion")
 
 
 def __getattr__(name: str) -> Any:
     try:
         module, attr = _LAZY[name]
     except KeyError:
-        if name in ("kernels", "search_space", "db", "service"):
+        if name in _SUBMODULES:
             return importlib.import_module(f"kernelsearch.{name}")
         raise AttributeError(f"module 'kernelsearch' has no attribute {name!r}") from None
     return getattr(importlib.import_module(module), attr)
 
 
 def __dir__() -> list[str]:
-    return sorted([*__all__, "kernels", "search_space", "db", "service", "__version__"])
+    return sorted([*__all__, *_SUBMODULES, "__version__"])

@@ -131,6 +131,7 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
           TRITON_CACHE_DIR=/tmp/ks25t/tc_$mode KS_SERVICE_URL=http://127.0.0.1:8726 \
           KS_DATABASE_URL=sqlite:////tmp/ks25t/absent.db KS_AUTOTUNE_TIMEOUT_S=5 timeout ${TCACHE_S:-200} \
           python3 docs/benchmarks/issue22_fla.py run --mode $mode --out $D 2>$D/$mode.err | tail -1
+        [ -s $D/$mode.json ] || { echo "$mode failed:"; grep -v -i warn $D/$mode.err | tail -4; }
       done
       python3 docs/benchmarks/issue22_fla.py table $D | tee $D/table.txt
       $KS records export $D/records.json >/dev/null; kill $API ;;

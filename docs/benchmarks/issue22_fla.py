@@ -225,8 +225,10 @@ def table(out: Path) -> str:
         lines.append(f"served host ran ks-first's configs: {same} "
                      f"({len(rows['ks-first']['picks'])} autotuned kernels)")
     if "tc-ks-first" in rows and "tc-ks-second" in rows:
-        same = rows["tc-ks-first"]["picks"] == rows["tc-ks-second"]["picks"]
-        lines.append(f"cache-manager second host ran the first host's configs: {same}")
+        a, b = rows["tc-ks-first"]["picks"], rows["tc-ks-second"]["picks"]
+        differ = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+        lines.append(f"cache-manager second host ran the first host's configs: {not differ} "
+                     f"({len(a)} autotuned kernels; differing: {differ})")
     if "triton" in rows and "ks-first" in rows:
         a, b = rows["triton"]["picks"], rows["ks-first"]["picks"]
         lines.append(f"kernels whose pick differs between triton and ks-first: "

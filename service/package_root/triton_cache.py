@@ -129,7 +129,10 @@ def served_entry(call: _Call) -> str | None:
         log.info("%s: the served record was tuned on other code; Triton benchmarks here", und.name)
         return None
     pairs = []
-    for c in call.configs:
+    winner = canonical_key(found.config)
+    # The record's winner first: Triton takes the first of equal timings, so a tie (medians of a
+    # coarse timer often are) still picks what the first host ran.
+    for c in sorted(call.configs, key=lambda c: canonical_key(c) != winner):
         t = found.timings.get(canonical_key(c), "missing")
         if t == "missing":
             return None  # a record of another config list: not this one's
@@ -157,7 +160,11 @@ def share_entry(call: _Call, data: str) -> bool:
             timings[c] = t
     if not timings:
         return False
-    winner = min(timings, key=lambda c: timings[c][0] if isinstance(timings[c], list) else timings[c])
+    # The config Triton chose and this host runs (its own min over whole timing lists).
+    chosen = call.tuner.cache.get(call.tuning_key)
+    winner = listed.get(canonical_key(chosen)) if chosen is not None else None
+    if winner is None:
+        winner = min(timings, key=lambda c: timings[c][0] if isinstance(timings[c], list) else timings[c])
     return share_tuned(call.tuner, und, key, winner, timings, call.args, call.kwargs)
 
 

@@ -8,10 +8,7 @@ import threading
 import typer
 
 from .settings import Settings, SettingsError, load_settings
-
-# The hidden `kernelsearch worker` flag by which `serve` tells its worker child that it checked
-# the schema already.
-SCHEMA_CHECKED_FLAG = "--schema-checked"
+from .worker_process import SCHEMA_CHECKED_FLAG
 
 
 def _check_schema_or_exit(settings: Settings) -> None:

@@ -19,14 +19,14 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S, die_with_parent
-
-from .cli_serve import SCHEMA_CHECKED_FLAG
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 2.0
+# The hidden `kernelsearch worker` flag by which `serve` tells its worker child that it checked
+# the schema already.
+SCHEMA_CHECKED_FLAG = "--schema-checked"
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -67,6 +67,8 @@ class WorkerProcess:
         return self
 
     def _spawn(self) -> None:
+        from kernelsearch.search_space.runner import die_with_parent
+
         env = {**os.environ, **settings_env(self.settings)}
         with self._lock:
             if self._stop.is_set():
@@ -94,6 +96,8 @@ class WorkerProcess:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if the current trial outlasts trial_timeout_s + 10 s."""
+        from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S
+
         with self._lock:
             self._stop.set()
             proc = self.proc

@@ -17,9 +17,8 @@ from kernelsearch.db.store import Store
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.service.api import create_app
 from kernelsearch.service.cli import app as cli
-from kernelsearch.service.cli_serve import SCHEMA_CHECKED_FLAG
 from kernelsearch.service.settings import get_settings
-from kernelsearch.service.worker_process import WorkerProcess
+from kernelsearch.service.worker_process import SCHEMA_CHECKED_FLAG, WorkerProcess
 from kernelsearch.service.worker_runner import WorkerRunner, WorkerThread
 
 pytestmark = pytest.mark.timeout(300)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -43,15 +42,18 @@ STATIC_DIR = Path(__file__).with_name("static")
 
 def create_app(settings: Settings | None = None, *, store: ServiceStore | None = None,
                start_worker: bool = False, worker_process: bool = False,
-               trusted_hosts: frozenset[str] | None = None) -> FastAPI:
+               trusted_hosts: frozenset[str] | None = None,
+               schema_checked: bool = False) -> FastAPI:
     """The API over `store` (default: a Store on settings.database_url with a statement timeout,
     and another with its own pool and timeouts for lookups; both closed when the app stops).
 
     With trusted_hosts (`serve` on a loopback address), any other Host header is refused 400.
 
-    With start_worker, a Worker claims and tunes jobs for as long as the app runs: in a thread,
-    or with worker_process in a `kernelsearch worker` child process (restarted if it dies).
-    Startup refuses a database whose schema is not this code's (db.errors.SchemaBehind).
+    With start_worker, a WorkerRunner claims and tunes jobs for as long as the app runs: in a
+    thread (its new records invalidate the lookup cache at once), or with worker_process in a
+    `kernelsearch worker` child process (restarted if it dies).
+    Startup refuses a database whose schema is not this code's (db.errors.SchemaBehind), unless
+    schema_checked says the caller (`serve`) did that already.
     """
     settings = settings or get_settings()
     own_store = store is None
@@ -64,7 +66,7 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
         title="kernelsearch",
         version="0.1.0",
         summary="Best Triton kernel configs per workload case and device, and a tuning job queue.",
-        lifespan=_lifespan(own_store, start_worker, worker_process),
+        lifespan=_lifespan(own_store, start_worker, worker_process, schema_checked),
         dependencies=[Depends(query_text)],
         # Not `model`: that would file the schema under an HTML route's own media type.
         responses={"4XX": {"description": "the request was refused (one shape for every 4xx)",
@@ -150,50 +152,29 @@ def _document_parameter(param: dict[str, Any]) -> None:
             sub.setdefault("pattern", QUERY_TEXT_PATTERN)
 
 
-def _lifespan(own_store: bool, start_worker: bool, worker_process: bool) -> Any:
-    """Check the schema, run the embedded worker if asked, and at the end stop it and close what
-    create_app opened."""
+def _lifespan(own_store: bool, start_worker: bool, worker_process: bool,
+              schema_checked: bool) -> Any:
+    """Check the schema (unless the caller did), run the embedded worker if asked, and at the end
+    stop it and close what create_app opened."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = app.state
         try:
-            await run_in_threadpool(_check_schema, state.store)
+            if not schema_checked:
+                await run_in_threadpool(_check_schema, state.store)
             await run_in_threadpool(load_definitions, state.store)
         except dberr.StoreUnavailable as exc:
             # Serve anyway: every route answers 503 until the database is back.
             log.warning("starting without the database: %s", redact(str(exc)))
-        stop = threading.Event()
-        thread = None
-        child = None
-        if start_worker and worker_process:
-            from .worker_process import WorkerProcess
-
-            child = WorkerProcess(state.settings).start()
-            state.worker = child
-        elif start_worker:
-            from .worker import Worker, worker_store
-
-            # Its own pool: a tuning job's writes never hold the connections lookups need.
-            wstore = worker_store(state.settings) if own_store else state.store
-            worker = Worker(state.settings, wstore, metrics=state.metrics,
-                            on_records_changed=state.best_cache.invalidate)
-            thread = threading.Thread(target=worker.run_forever, args=(stop,),
-                                      name="ks-worker", daemon=True)
-            thread.start()
-            state.worker = worker
+        launcher = _start_worker(state, own_store, worker_process) if start_worker else None
+        state.worker = launcher
         try:
             yield
         finally:
-            stop.set()
-            if thread is not None:
-                from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S
-
-                # The embedded worker ends its trial first (no limit set: the longest default).
-                limit = state.settings.trial_timeout_s or INTERPRETER_TRIAL_TIMEOUT_S
-                await asyncio.to_thread(thread.join, limit + 10)
-            if child is not None:
-                await asyncio.to_thread(child.stop)
+            if launcher is not None:
+                # The worker ends its trial first, its job handed back.
+                await asyncio.to_thread(launcher.stop)
             state.best_cache.close()
             state.lookup_pool.close()
             state.read_pool.close()
@@ -202,6 +183,21 @@ def _lifespan(own_store: bool, start_worker: bool, worker_process: bool) -> Any:
                 state.store.close()
 
     return lifespan
+
+
+def _start_worker(state: Any, own_store: bool, worker_process: bool) -> Any:
+    """The embedded worker's launcher, started: a `kernelsearch worker` child, or a thread
+    sharing this process and so told of each record it writes."""
+    if worker_process:
+        from .worker_process import WorkerProcess
+
+        return WorkerProcess(state.settings).start()
+    from .worker_runner import WorkerRunner, WorkerThread
+
+    # Its own pool: a tuning job's writes never hold the connections lookups need.
+    runner = WorkerRunner(state.settings, store=None if own_store else state.store,
+                          metrics=state.metrics, on_records_changed=state.best_cache.invalidate)
+    return WorkerThread(runner).start()
 
 
 class ReadBound:

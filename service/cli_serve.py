@@ -8,6 +8,7 @@ import threading
 import typer
 
 from .settings import Settings, SettingsError, load_settings
+from .worker_process import SCHEMA_CHECKED_FLAG
 
 
 def _check_schema_or_exit(settings: Settings) -> None:
@@ -62,26 +63,29 @@ def register(app: typer.Typer) -> None:
 
         settings = _settings_or_exit()
         _logging(settings)
-        _check_schema_or_exit(settings)
+        _check_schema_or_exit(settings)  # the only check: the app and its worker child skip theirs
         app_ = create_app(settings, start_worker=not no_worker,
                           worker_process=settings.serve_worker == "process",
-                          trusted_hosts=loopback_hosts(port) if is_loopback(host) else None)
+                          trusted_hosts=loopback_hosts(port) if is_loopback(host) else None,
+                          schema_checked=True)
         uvicorn.run(app_, host=host, port=port, log_level=settings.log_level.lower(),
                     access_log=False)
 
     @app.command()
     def worker(
         once: bool = typer.Option(False, "--once", help="run at most one job, then exit"),
+        schema_checked: bool = typer.Option(False, SCHEMA_CHECKED_FLAG, hidden=True,
+                                            help="started by `serve`, which checked the schema"),
     ) -> None:
         """Claim and tune queued jobs (one at a time) until SIGTERM or Ctrl-C."""
-        from .worker import Worker, worker_store
+        from .worker_runner import WorkerRunner
 
         settings = _settings_or_exit()
         _logging(settings)
-        _check_schema_or_exit(settings)
-        store = worker_store(settings)
-        w = Worker(settings, store)
-        typer.echo(f"worker {w.owner} on {store!r}")
+        if not schema_checked:
+            _check_schema_or_exit(settings)
+        runner = WorkerRunner(settings)
+        typer.echo(f"worker {runner.owner} on {runner.store!r}")
         stop = threading.Event()
 
         def _stop(signum: int, _frame: object) -> None:
@@ -90,15 +94,8 @@ def register(app: typer.Typer) -> None:
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-        try:
-            if once:
-                w.stop_event = stop
-                try:
-                    ran = w.run_one()
-                finally:
-                    w.close()
-                typer.echo("ran one job" if ran else "no queued job")
-            else:
-                w.run_forever(stop)
-        finally:
-            store.close()
+        if once:
+            ran = runner.run_one(stop)
+            typer.echo("ran one job" if ran else "no queued job")
+        else:
+            runner.run_forever(stop)

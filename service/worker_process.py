@@ -1,8 +1,9 @@
 """`kernelsearch serve`'s worker as a child process: tuning (Optuna's samplers, the store's
 writes, the trial runner's pipes) then never shares the API process's GIL or connection pool, so
-lookups do not queue behind it. The child is a plain `kernelsearch worker`, given the app's
-settings through KS_* variables, restarted if it dies, and stopped with SIGTERM (it hands its job
-back to the queue) when the app stops.
+lookups do not queue behind it. The child is a `kernelsearch worker` (a WorkerRunner, as every
+worker is), given the app's settings through KS_* variables and told that `serve` checked the
+schema already, restarted if it dies, and stopped with SIGTERM (it hands its job back to the
+queue) when the app stops.
 """
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S, die_with_parent
-
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 2.0
+# The hidden `kernelsearch worker` flag by which `serve` tells its worker child that it checked
+# the schema already.
+SCHEMA_CHECKED_FLAG = "--schema-checked"
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -47,6 +49,8 @@ class WorkerProcess:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.command = [sys.executable, "-m", "kernelsearch.service.cli", "worker",
+                        SCHEMA_CHECKED_FLAG]
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._stop = threading.Event()
@@ -63,8 +67,9 @@ class WorkerProcess:
         return self
 
     def _spawn(self) -> None:
+        from kernelsearch.search_space.runner import die_with_parent
+
         env = {**os.environ, **settings_env(self.settings)}
-        cmd = [sys.executable, "-m", "kernelsearch.service.cli", "worker"]
         with self._lock:
             if self._stop.is_set():
                 return
@@ -72,7 +77,7 @@ class WorkerProcess:
             # child with SIGTERM (its job handed back), instead of interrupting it mid-import; and
             # SIGTERM when the API process dies, even by SIGKILL.
             self.proc = subprocess.Popen(
-                cmd, env=env, start_new_session=True,
+                self.command, env=env, start_new_session=True,
                 preexec_fn=functools.partial(die_with_parent, signal.SIGTERM, os.getpid()))
             self.starts += 1
         log.info("worker process %d started", self.proc.pid)
@@ -91,6 +96,8 @@ class WorkerProcess:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if the current trial outlasts trial_timeout_s + 10 s."""
+        from kernelsearch.search_space.runner import INTERPRETER_TRIAL_TIMEOUT_S
+
         with self._lock:
             self._stop.set()
             proc = self.proc

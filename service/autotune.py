@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_AXIS = 2**31 - 1
+WRITE_TIMEOUT_S = 10.0
 
 
 class Fallback(str, enum.Enum):
@@ -217,6 +218,7 @@ class Backends:
         self.resolver = Resolver(())
         self._store: RecordRepository | None = None
         self._client: Any = None
+        self._writer: Any = None
         self._made_for: tuple | None = None
         # Until then, a new key does not wait for its lookup at all (the last one ran out of time).
         self.slow_until = 0.0
@@ -239,16 +241,20 @@ class Backends:
                 return
         store = local_store(settings)
         client = service_client(settings)
+        # Writes (definitions, records, jobs) run off the call's path: they may take longer than
+        # a lookup's bound without failing (a loaded service still takes them).
+        writer = service_client(settings, timeout=max(WRITE_TIMEOUT_S, settings.provider_timeout_s))
         sources: list[Any] = [StoreSource(store)] if store is not None else []
         if client is not None:
             sources.append(ServiceSource(client))
         with self._lock:
-            old = self._client
-            self._store, self._client = store, client
+            old = (self._client, self._writer)
+            self._store, self._client, self._writer = store, client, writer
             self.resolver = Resolver(sources, retry_s=settings.autotune_retry_s)
             self._made_for = sig
-        if old is not None:
-            old.close()
+        for c in old:
+            if c is not None:
+                c.close()
 
     def prepare(self) -> None:
         """Import the client and settings and open the store ahead of the first lookup (a
@@ -264,7 +270,7 @@ class Backends:
             self._made_for = None
             self.slow_until = 0.0
             self._submitted.clear()
-            self._store = self._client = None
+            self._store = self._client = self._writer = None
             self.resolver = Resolver(())
 
     def _service_up(self) -> bool:
@@ -300,8 +306,8 @@ class Backends:
 
             try:
                 if definition is not None:
-                    self._client.register_kernel(definition)
-                self._client.submit_job(key.kernel, cases, n_trials=n_trials, sampler="grid",
+                    self._writer.register_kernel(definition)
+                self._writer.submit_job(key.kernel, cases, n_trials=n_trials, sampler="grid",
                                         capture=capture)
                 return
             except ClientError as exc:
@@ -339,8 +345,8 @@ class Backends:
         if self._service_up():
             try:
                 if definition is not None:
-                    self._client.register_kernel(definition)
-                self._client.upload_record(_record_json(record))
+                    self._writer.register_kernel(definition)
+                self._writer.upload_record(_record_json(record))
                 return True
             except Exception as exc:
                 log.warning("the service did not take the config tuned here for %s: %s",

@@ -69,9 +69,9 @@ class _Connection:
                 self.client = Client(st.service_url, token=token, timeout=max(st.helion_timeout_s, LEFT_BEHIND_S))
                 self.store = None
             else:
-                from kernelsearch.service.provider import _local_store
+                from kernelsearch.service.sources import local_store
 
-                self.client, self.store = None, _local_store(st)
+                self.client, self.store = None, local_store(st)
             self._made_for = sig
 
     def reset(self) -> None:

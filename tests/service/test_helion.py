@@ -188,6 +188,7 @@ def test_without_a_service_the_local_store_keeps_the_entries(sqlite_store: Store
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KS_SERVICE_URL", raising=False)
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.setenv("KS_HELION_TIMEOUT_S", "30")  # a loaded machine opens the store slowly
     backend = KernelsearchBackend()
     key, data = entry(64)
     assert backend.get(key) is None

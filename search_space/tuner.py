@@ -24,11 +24,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.storages import BaseStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from kernelsearch.db.errors import LeaseLost
 from kernelsearch.db.interfaces import Lease, RecordRepository, TuningStore
+from kernelsearch.db.optuna_storage import RetryingStorage, open_optuna_storage
 from kernelsearch.db.statuses import TrialStatus
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.undeclared import UndeclaredKernel
@@ -216,60 +217,6 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
     raise TuneError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
 
 
-# Optuna's storage calls a dropped connection may interrupt; each is retried as a whole.
-_RETRIED_STORAGE_CALLS = (
-    "create_new_study", "set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
-    "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
-    "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies",
-    "create_new_trial", "set_trial_param", "get_trial_param", "set_trial_state_values",
-    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
-    "get_trial_id_from_study_id_trial_number", "get_trial_number_from_id", "get_trial_params",
-    "get_trial", "get_all_trials", "get_n_trials", "get_best_trial", "record_heartbeat",
-    "_get_stale_trial_ids",
-)
-
-
-class RetryingRDBStorage(RDBStorage):
-    """RDBStorage whose calls are retried on transient database failures (Optuna wraps a dropped
-    connection in StorageInternalError and gives up), for up to `retry_s` seconds each, with the
-    store's one retry policy. A state change whose commit reached the server before the
-    connection dropped is not an error on its retry: the trial already has that state."""
-
-    retry_s: float = 30.0
-
-
-def _retried(name: str) -> Callable[..., Any]:
-    from kernelsearch.db.engine import retrying
-
-    base = getattr(RDBStorage, name)
-
-    def call(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        attempts = 0
-
-        def once() -> Any:
-            nonlocal attempts
-            attempts += 1
-            try:
-                return base(self, *args, **kwargs)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                if name == "set_trial_state_values" and attempts > 1:
-                    state = kwargs.get("state", args[1] if len(args) > 1 else None)
-                    trial_id = kwargs.get("trial_id", args[0] if args else None)
-                    if trial_id is not None and RDBStorage.get_trial(self, trial_id).state == state:
-                        return True
-                raise
-
-        return retrying(self.retry_s)(once)
-
-    call.__name__ = name
-    call.__doc__ = base.__doc__
-    return call
-
-
-for _name in _RETRIED_STORAGE_CALLS:
-    setattr(RetryingRDBStorage, _name, _retried(_name))
-
-
 def _with_versions(runner: Any) -> dict[str, Any]:
     """The runner's device info with the torch and triton versions its child reported, which
     the dashboard compares records with."""
@@ -283,51 +230,14 @@ def _with_versions(runner: Any) -> dict[str, Any]:
 
 
 def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None,
-                 retry_s: float = 30.0) -> RDBStorage:
+                 retry_s: float = 30.0) -> RetryingStorage:
     """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and
     retried; with the store's engine options (pre-ping, keepalives, connect timeout), and each
-    call retried on a transient failure for up to `retry_s` seconds."""
-    from kernelsearch.db.engine import retrying
-
-    return retrying(retry_s)(_open_storage, url, heartbeat_s, grace_s, retry_s)
+    call retried on a transient failure for up to `retry_s` seconds (db.optuna_storage)."""
+    return open_optuna_storage(url, heartbeat_s=heartbeat_s, grace_s=grace_s, retry_s=retry_s)
 
 
-def _open_storage(url: str, heartbeat_s: int, grace_s: int | None, retry_s: float) -> RDBStorage:
-    from sqlalchemy import event
-    from sqlalchemy.exc import DBAPIError
-
-    from kernelsearch.db.engine import engine_kwargs
-
-    for attempt in range(3):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = RetryingRDBStorage(
-                    url, engine_kwargs=engine_kwargs(url), heartbeat_interval=heartbeat_s,
-                    grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
-                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
-                storage.retry_s = retry_s
-            if storage.engine.dialect.name == "sqlite" and storage.engine.url.database not in (None, "", ":memory:"):
-                # The store's own setting (db.engine): WAL without an fsync per commit. A trial
-                # commits a dozen times (params, attributes, tell); that fsync was ~12% of the
-                # tuner's per-trial bookkeeping on a SQLite file.
-                event.listen(storage.engine, "connect", _sqlite_wal_normal)
-                storage.engine.dispose()  # connections opened before the listener are dropped
-            return storage
-        except DBAPIError:
-            # Two workers opening a fresh database race to create Optuna's tables ("table
-            # trial_heartbeats already exists"); the loser finds them made on the next try.
-            if attempt == 2:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def _sqlite_wal_normal(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode = WAL")
-    cur.execute("PRAGMA synchronous = NORMAL")
-    cur.close()
+RetryingRDBStorage = RetryingStorage  # the tuner's exported name for it
 
 
 class _Heartbeat:
@@ -526,7 +436,7 @@ class TuneHooks:
 
 def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, storage_url: str,
               options: TuneOptions, runner: TrialRunner | None = None,
-              space: SearchSpace | None = None, storage: RDBStorage | None = None,
+              space: SearchSpace | None = None, storage: BaseStorage | None = None,
               hooks: TuneHooks = TuneHooks()) -> CaseResult:
     """Tune one case until `options` say stop, then write or improve the case's best record.
 
@@ -638,7 +548,8 @@ def _fence_storage(storage: Any, store: TuningStore, study: str, lease: Lease) -
     runs once the write holds its locks and both commit together. Returns the undo."""
     from sqlalchemy import event
 
-    factory = getattr(getattr(storage, "scoped_session", None), "session_factory", None)
+    rdb = storage.rdb if isinstance(storage, RetryingStorage) else storage
+    factory = getattr(getattr(rdb, "scoped_session", None), "session_factory", None)
     if factory is None:
         raise TuneError(f"lease: needs Optuna's RDB storage (on the store's database), not {type(storage).__name__}")
 
@@ -683,7 +594,7 @@ class _Loop:
     """The ask/tell loop of one study, with its memory of outcomes per config."""
 
     def __init__(self, kernel: str, axes: Mapping[str, int], device: str, space: SearchSpace,
-                 grid: list[dict[str, Any]], study: optuna.Study, storage: RDBStorage, store: TuningStore,
+                 grid: list[dict[str, Any]], study: optuna.Study, storage: BaseStorage, store: TuningStore,
                  runner: TrialRunner, sampler: str, measure_n: int, seed: int | None,
                  summaries: bool = True, run_tag: str | None = None,
                  cancel: Callable[[], bool] | None = None):

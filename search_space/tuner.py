@@ -17,7 +17,6 @@ import logging
 import math
 import random
 import re
-import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -33,7 +32,6 @@ from kernelsearch.db.optuna_storage import RetryingStorage, open_optuna_storage
 from kernelsearch.db.statuses import TrialStatus
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.undeclared import UndeclaredKernel
-from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.measure import default_repeats
 from kernelsearch.kernels.configs import canonical_key
 from kernelsearch.kernels.spec import config_key
@@ -41,7 +39,9 @@ from kernelsearch.kernels.spec import config_key
 from .records import REFERENCES, BestTrial, best_record
 from .runner import TrialCancelled, TrialOutcome, TrialRunner
 from .space import SearchSpace, case_space, get_space
+from .heartbeat import Heartbeat
 from .states import StopReason, TrialMark
+from .warm_start import enqueue_warm_start, warm_start_configs, warm_start_picks
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,6 @@ A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN, A_TAG = (
     "ks_run_tag")
 # The one parameter of an older grid study (an index into the space's grid); read, never written.
 GRID_PARAM = "grid_id"
-WARM_NEIGHBOURS = 3
 
 
 @dataclass
@@ -238,101 +237,6 @@ def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None,
 
 
 RetryingRDBStorage = RetryingStorage  # the tuner's exported name for it
-
-
-class _Heartbeat:
-    """Records heartbeats for the trials in flight (ask/tell does not do it for us)."""
-
-    def __init__(self, storage: Any, interval_s: float | None):
-        # interval None: a storage without heartbeats (in memory); nothing to record.
-        self.storage, self.interval_s = storage, interval_s
-        self.trial_ids: set[int] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ks-heartbeat", daemon=True)
-        if interval_s is not None:
-            self._thread.start()
-
-    def add(self, trial_id: int) -> None:
-        with self._lock:
-            self.trial_ids.add(trial_id)
-        if self.interval_s is not None:
-            self.storage.record_heartbeat(trial_id)
-
-    def remove(self, trial_id: int) -> None:
-        with self._lock:
-            self.trial_ids.discard(trial_id)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s or 1.0):
-            with self._lock:
-                ids = list(self.trial_ids)
-            for tid in ids:
-                try:
-                    self.storage.record_heartbeat(tid)
-                except Exception as exc:  # a database hiccup must not kill the tuning loop
-                    log.warning("heartbeat for trial %s failed: %s", tid, exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-
-def warm_start_configs(store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str,
-                       space: SearchSpace, k: int = WARM_NEIGHBOURS) -> list[tuple[dict[str, Any], dict[str, int]]]:
-    """Best configs of the k nearest other cases of this kernel and device that fit the space."""
-    kdef = get_kernel(kernel)
-    recs = [r for r in store.list_records(kernel, device)
-            if dict(r.axes) != dict(axes) and math.isfinite(kdef.distance(axes, r.axes))]
-    recs.sort(key=lambda r: (kdef.distance(axes, r.axes), r.latency_median_us))
-    out: list[tuple[dict[str, Any], dict[str, int]]] = []
-    keys: set[str] = set()
-    for r in recs:
-        if len(out) >= k:
-            break
-        try:
-            # In the space's own form: a record holds the kernel's canonical config, with
-            # parameters the space leaves inactive (B's num_stages on the tiles grid), which
-            # violation() would reject as "only applies when ...".
-            cfg = space.config_of(space.to_params(r.config))
-            if space.violation(cfg) is not None:
-                continue
-            key = space.key(cfg)
-        except InvalidConfig:
-            continue
-        if key not in keys:
-            keys.add(key)
-            out.append((space.canonical(cfg), dict(r.axes)))
-    return out
-
-
-def default_in_space(space: SearchSpace) -> dict[str, Any] | None:
-    """The kernel's default config in the space's own form, or None when the space excludes it."""
-    try:
-        # In the space's own form: parameters the space leaves inactive are dropped.
-        default = space.config_of(space.to_params(space.kernel.default_config))
-    except InvalidConfig:
-        return None  # a default outside this space (a test space, say)
-    return default if space.violation(default) is None else None
-
-
-def warm_start_picks(store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str,
-                     space: SearchSpace) -> list[tuple[dict[str, Any], Any]]:
-    """(config, source) in the order a study tries them. The kernel's default goes first: a short
-    study must never record a config slower than what an untuned call already gets (a short
-    study seeded from neighbours only can end well above it: docs/perf-notes.md). Then the space file's seeds, configs that won some suite case in a sweep (the way
-    triton.autotune is given a short list), then the nearest cases' bests."""
-    picks: list[tuple[dict[str, Any], Any]] = []
-    default = default_in_space(space)
-    if default is not None:
-        picks.append((default, "default"))
-    picks += [(cfg, f"seed: {note}") for cfg, note in space.seeds]
-    try:
-        picks += warm_start_configs(store, kernel, axes, device, space)
-    except Exception as exc:  # a store that cannot answer leaves the study cold, not broken
-        log.warning("warm start from neighbours skipped for %s %s: %s", kernel, axes, exc)
-    return picks
 
 
 def prefetch_case(runner: Any, store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str, *,
@@ -705,20 +609,8 @@ class _Loop:
 
     # -- warm start ------------------------------------------------------------------------
     def warm_start(self) -> int:
-        picks = warm_start_picks(self.store, self.kernel, self.axes, self.device, self.space)
-        waiting = [t.system_attrs.get("fixed_params") for t in
-                   self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
-        n = 0
-        for cfg, src in picks:
-            key = self.space.key(cfg)
-            params = self.space.to_params(cfg)
-            if key in self.seen or params in waiting:
-                continue
-            self.study.enqueue_trial(params, user_attrs={"ks_warm_start_from": src},
-                                     skip_if_exists=True)
-            waiting.append(params)
-            n += 1
-        return n
+        return enqueue_warm_start(self.study, self.store, self.kernel, self.axes, self.device,
+                                  self.space, self.seen)
 
     # -- the loop --------------------------------------------------------------------------
     def _config(self, trial: optuna.Trial) -> dict[str, Any]:
@@ -739,7 +631,7 @@ class _Loop:
             batch = min(batch, 8)
         self.ahead = batch > 1
         interval = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
-        hb = _Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
+        hb = Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
         pending: list[tuple[optuna.Trial, dict[str, Any]]] = []
         stopped = StopReason.N_TRIALS
         lost = False
@@ -806,10 +698,10 @@ class _Loop:
         except Exception as exc:  # a look-ahead hint must never fail the case being tuned
             log.warning("prefetch of the next case after %s %s skipped: %s", self.kernel, self.axes, exc)
 
-    def _ask_batch(self, n: int, hb: _Heartbeat) -> list[tuple[optuna.Trial, dict[str, Any]]]:
+    def _ask_batch(self, n: int, hb: Heartbeat) -> list[tuple[optuna.Trial, dict[str, Any]]]:
         out = []
         with warnings.catch_warnings():
-            # Heartbeats are recorded by _Heartbeat: Optuna's hint about optimize() does not apply.
+            # Heartbeats are recorded by Heartbeat: Optuna's hint about optimize() does not apply.
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             fail_stale_trials(self.study)

@@ -386,12 +386,8 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([METRIC_NAME])
-        loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
-                     o.sampler, measure_n, o.seed, o.summaries, run_tag=o.run_tag, cancel=hooks.cancel)
-        loop.job_id = o.job_id
-        if o.next_case is not None:
-            next_case = o.next_case
-            loop.near_end = lambda: _prefetch_next(loop, next_case)
+        loop = _Loop(CaseStudy(kdef.name, axes, device, space, grid, study, storage, store,
+                               runner, measure_n, o, hooks))
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
         loop.study.set_user_attr("ks_space", space.fingerprint)
         if o.exclusive:
@@ -401,8 +397,7 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
         warm = loop.warm_start() if o.warm_start and o.sampler != "grid" else 0
         lost = False
         try:
-            stopped = loop.run(o.n_trials, o.timeout_s, o.patience, hooks.progress, hooks.should_stop,
-                               o.max_rejected)
+            stopped = loop.run()
         except LeaseLost:
             lost = True
             raise
@@ -494,22 +489,37 @@ def _has_record(store: RecordRepository, kernel: str, axes: Mapping[str, int], d
     return any(dict(r.axes) == dict(axes) for r in store.list_records(kernel, device))
 
 
+@dataclass(frozen=True)
+class CaseStudy:
+    """One case's opened study and all its loop needs: the case (kernel, axes, device, the
+    space fitted to the study and its grid), where it is kept (study, storage, store), what runs
+    its trials (runner, measure_n) and the caller's options and hooks."""
+
+    kernel: str
+    axes: Mapping[str, int]
+    device: str
+    space: SearchSpace
+    grid: list[dict[str, Any]]
+    study: optuna.Study
+    storage: BaseStorage
+    store: TuningStore
+    runner: TrialRunner
+    measure_n: int
+    options: TuneOptions
+    hooks: TuneHooks
+
+
 class _Loop:
     """The ask/tell loop of one study, with its memory of outcomes per config."""
 
-    def __init__(self, kernel: str, axes: Mapping[str, int], device: str, space: SearchSpace,
-                 grid: list[dict[str, Any]], study: optuna.Study, storage: BaseStorage, store: TuningStore,
-                 runner: TrialRunner, sampler: str, measure_n: int, seed: int | None,
-                 summaries: bool = True, run_tag: str | None = None,
-                 cancel: Callable[[], bool] | None = None):
-        self.kernel, self.axes, self.device = kernel, dict(axes), device
-        self.space, self.grid, self.study, self.storage = space, grid, study, storage
-        self.store, self.runner, self.sampler = store, runner, sampler
-        self.measure_n, self.seed, self.summaries = measure_n, seed, summaries
+    def __init__(self, case: CaseStudy):
+        self.options, self.hooks = case.options, case.hooks
+        self.kernel, self.axes, self.device = case.kernel, dict(case.axes), case.device
+        self.space, self.grid, self.study, self.storage = case.space, case.grid, case.study, case.storage
+        self.store, self.runner, self.measure_n = case.store, case.runner, case.measure_n
         self.ahead = False  # asking ahead for the compile pool; set by run()
         self.seen: dict[str, dict[str, Any]] = {}   # config key -> stored outcome (state, value)
         self.best: tuple[float, dict[str, Any], dict[str, Any]] | None = None  # value, cfg, outcome
-        self.run_tag, self.cancel = run_tag, cancel
         self.evaluated = 0
         self.counted = 0  # evaluated trials that count toward n_trials
         self.failed = 0
@@ -523,9 +533,10 @@ class _Loop:
         self.phase = {"compile": 0.0, "check": 0.0, "measure": 0.0, "wait": 0.0}
         self.history: list[float | None] = []
         self.worst_ok: float | None = None
-        # Called once when half the budget is spent (tune_case's next_case look-ahead).
-        self.near_end: Callable[[], Any] | None = None
-        self.job_id: int | None = None  # the job whose trials these are (trial summaries)
+        # Called once when half the budget is spent (the options' next_case look-ahead).
+        next_case = self.options.next_case
+        self.near_end: Callable[[], Any] | None = (
+            None if next_case is None else lambda: _prefetch_next(self, next_case))
         self._load_existing()
 
     # -- state from the study --------------------------------------------------------------
@@ -540,7 +551,7 @@ class _Loop:
                 continue
             key = config_key(cfg)
             self.evaluated += 1
-            if self.run_tag is None or t.user_attrs.get(A_TAG) == self.run_tag:
+            if self.options.run_tag is None or t.user_attrs.get(A_TAG) == self.options.run_tag:
                 self.counted += 1
             if st == TrialMark.OK and t.value is not None:
                 self._remember_ok(key, t.value, cfg, t.user_attrs.get(A_OUT) or {})
@@ -576,7 +587,7 @@ class _Loop:
                 continue
             out = dict(t.user_attrs.get(A_OUT) or {})
             extra = {k: v for k, v in out.items() if k not in ("ok", "failure_kind", "message")}
-            extra["sampler"] = self.sampler
+            extra["sampler"] = self.options.sampler
             extra["repaired"] = True
             self.store.add_trial_summary(
                 self.study.study_name, self.kernel, self.device, self.axes, t.number,
@@ -616,9 +627,11 @@ class _Loop:
     def _config(self, trial: optuna.Trial) -> dict[str, Any]:
         return self.space.suggest(trial)
 
-    def run(self, n_trials: int, timeout_s: float | None, patience: int | None,
-            progress: Callable[[int, int, float | None], None] | None,
-            should_stop: Callable[[], bool] | None, max_rejected: int | None) -> StopReason:
+    def run(self) -> StopReason:
+        """Ask, evaluate and tell until the options (or the hooks) say stop; returns why."""
+        o, h = self.options, self.hooks
+        n_trials, timeout_s, patience, max_rejected = o.n_trials, o.timeout_s, o.patience, o.max_rejected
+        progress, should_stop = h.progress, h.should_stop
         t0 = time.monotonic()
         limit_rej = max_rejected if max_rejected is not None else max(50, 10 * n_trials)
         # Asking ahead feeds the compile pool; model-based samplers keep at most 8 asked and not
@@ -627,7 +640,7 @@ class _Loop:
         # each config is asked (and sent to the pool) about `batch` trials before it runs: a
         # compile takes seconds, a trial a fraction of one.
         batch = max(1, self.runner.compile_workers or 1)
-        if self.sampler in ("tpe", "gp", "cmaes"):
+        if self.options.sampler in ("tpe", "gp", "cmaes"):
             batch = min(batch, 8)
         self.ahead = batch > 1
         interval = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
@@ -750,7 +763,7 @@ class _Loop:
                 self._tell_infeasible(trial)
             return
         out = self.runner.run(self.kernel, self.axes, full, measure_n=self.measure_n,
-                              seed=self.seed or 0, cancel=self.cancel)
+                              seed=self.options.seed or 0, cancel=self.hooks.cancel)
         for ph, v in (("compile", out.compile_s), ("check", out.check_s),
                       ("measure", out.measure_s), ("wait", out.compile_wait_s)):
             self.phase[ph] += v
@@ -776,15 +789,15 @@ class _Loop:
             self.seen[key] = {"state": TrialMark.FAIL, "kind": out.failure_kind, "message": out.message}
             self._count_failure(out.failure_kind, out.message, new=True)
             self.history.append(None)
-        if self.summaries:
+        if self.options.summaries:
             self._summary(trial, full, out)
         if progress is not None:
             progress(self.counted, n_trials, self.best[0] if self.best else None)
 
     def _store_outcome(self, trial: optuna.Trial, out: TrialOutcome) -> None:
         """The evaluated trial's attributes and its tell (Optuna's writes of its outcome)."""
-        if self.run_tag is not None:
-            trial.set_user_attr(A_TAG, self.run_tag)
+        if self.options.run_tag is not None:
+            trial.set_user_attr(A_TAG, self.options.run_tag)
         trial.set_user_attr(A_RUN, True)
         trial.set_user_attr(A_OUT, _finite_or_none(out.as_dict()))
         if out.ok:
@@ -799,13 +812,13 @@ class _Loop:
     def _summary(self, trial: optuna.Trial, cfg: dict[str, Any], out: TrialOutcome) -> None:
         extra = _finite_or_none({k: v for k, v in out.as_dict().items()
                            if k not in ("ok", "failure_kind", "message")})
-        extra["sampler"] = self.sampler
+        extra["sampler"] = self.options.sampler
         try:
             self.store.add_trial_summary(
                 self.study.study_name, self.kernel, self.device, self.axes, trial.number,
                 TrialStatus.COMPLETE if out.ok else TrialStatus.FAIL, cfg,
                 out.timing.get("median_us") if out.ok else None,
-                out.failure_kind, out.message or None, extra, job_id=self.job_id)
+                out.failure_kind, out.message or None, extra, job_id=self.options.job_id)
         except LeaseLost:
             raise
         except Exception as exc:  # the study holds the trial; a lost summary is only a log line
@@ -817,7 +830,7 @@ class _Loop:
         best = self.best
         return CaseResult(
             kernel=self.kernel, axes=dict(self.axes), device=self.device,
-            study_name=self.study.study_name, sampler=self.sampler,
+            study_name=self.study.study_name, sampler=self.options.sampler,
             best_config=dict(best[1]) if best else None,
             best_latency_us=best[0] if best else None,
             n_complete=self.evaluated - self.failed, n_failed=self.failed, improved=False,

@@ -338,15 +338,15 @@ class TuneHooks:
     cancel: Callable[[], bool] | None = None
 
 
-def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, storage_url: str,
-              options: TuneOptions, runner: TrialRunner | None = None,
-              space: SearchSpace | None = None, storage: BaseStorage | None = None,
-              hooks: TuneHooks = TuneHooks()) -> CaseResult:
+def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore,
+              storage: str | BaseStorage, options: TuneOptions, runner: TrialRunner | None = None,
+              space: SearchSpace | None = None, hooks: TuneHooks = TuneHooks()) -> CaseResult:
     """Tune one case until `options` say stop, then write or improve the case's best record.
 
-    `runner` runs the trials (one of its own, closed after, when None); `space` overrides the
-    packaged space; `storage` replaces the RDB storage of `storage_url` (experiments replaying a
-    table in memory, or one storage shared by the cases of a run).
+    `storage` is where the study is kept: a database URL (`make_storage` opens it), or an open
+    Optuna storage (experiments replaying a table in memory, or one storage shared by the cases
+    of a run). `runner` runs the trials (one of its own, closed after, when None); `space`
+    overrides the packaged space.
     """
     t_wall = time.monotonic()
     o = options
@@ -373,10 +373,10 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
             measure_n = default_repeats(info.get("interpreter"))
         store.ensure_device(_with_versions(runner))
         sname = o.name or study_name(kernel, axes, device)
-        storage = storage or make_storage(storage_url, heartbeat_s=o.heartbeat_s)
+        opened = make_storage(storage, heartbeat_s=o.heartbeat_s) if isinstance(storage, str) else storage
         if o.lease is not None:
-            fence = _fence_storage(storage, store, sname, o.lease)
-        study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
+            fence = _fence_storage(opened, store, sname, o.lease)
+        study = optuna.create_study(study_name=sname, storage=opened, direction="minimize",
                                     sampler=optuna.samplers.RandomSampler(seed=o.seed),
                                     load_if_exists=True)
         # The sampler once the space's parameter names fit what the study already holds.
@@ -386,7 +386,7 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([METRIC_NAME])
-        loop = _Loop(CaseStudy(kdef.name, axes, device, space, grid, study, storage, store,
+        loop = _Loop(CaseStudy(kdef.name, axes, device, space, grid, study, opened, store,
                                runner, measure_n, o, hooks))
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
         loop.study.set_user_attr("ks_space", space.fingerprint)

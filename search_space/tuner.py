@@ -17,22 +17,21 @@ import logging
 import math
 import random
 import re
-import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.storages import BaseStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from kernelsearch.db.errors import LeaseLost
 from kernelsearch.db.interfaces import Lease, RecordRepository, TuningStore
+from kernelsearch.db.optuna_storage import RetryingStorage, open_optuna_storage
 from kernelsearch.db.statuses import TrialStatus
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.undeclared import UndeclaredKernel
-from kernelsearch.kernels.errors import InvalidConfig
 from kernelsearch.kernels.measure import default_repeats
 from kernelsearch.kernels.configs import canonical_key
 from kernelsearch.kernels.spec import config_key
@@ -40,7 +39,9 @@ from kernelsearch.kernels.spec import config_key
 from .records import REFERENCES, BestTrial, best_record
 from .runner import TrialCancelled, TrialOutcome, TrialRunner
 from .space import SearchSpace, case_space, get_space
+from .heartbeat import Heartbeat
 from .states import StopReason, TrialMark
+from .warm_start import enqueue_warm_start, warm_start_configs, warm_start_picks
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,6 @@ A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN, A_TAG = (
     "ks_run_tag")
 # The one parameter of an older grid study (an index into the space's grid); read, never written.
 GRID_PARAM = "grid_id"
-WARM_NEIGHBOURS = 3
 
 
 @dataclass
@@ -216,60 +216,6 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int | None = None,
     raise TuneError(f"sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
 
 
-# Optuna's storage calls a dropped connection may interrupt; each is retried as a whole.
-_RETRIED_STORAGE_CALLS = (
-    "create_new_study", "set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
-    "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
-    "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies",
-    "create_new_trial", "set_trial_param", "get_trial_param", "set_trial_state_values",
-    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
-    "get_trial_id_from_study_id_trial_number", "get_trial_number_from_id", "get_trial_params",
-    "get_trial", "get_all_trials", "get_n_trials", "get_best_trial", "record_heartbeat",
-    "_get_stale_trial_ids",
-)
-
-
-class RetryingRDBStorage(RDBStorage):
-    """RDBStorage whose calls are retried on transient database failures (Optuna wraps a dropped
-    connection in StorageInternalError and gives up), for up to `retry_s` seconds each, with the
-    store's one retry policy. A state change whose commit reached the server before the
-    connection dropped is not an error on its retry: the trial already has that state."""
-
-    retry_s: float = 30.0
-
-
-def _retried(name: str) -> Callable[..., Any]:
-    from kernelsearch.db.engine import retrying
-
-    base = getattr(RDBStorage, name)
-
-    def call(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        attempts = 0
-
-        def once() -> Any:
-            nonlocal attempts
-            attempts += 1
-            try:
-                return base(self, *args, **kwargs)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                if name == "set_trial_state_values" and attempts > 1:
-                    state = kwargs.get("state", args[1] if len(args) > 1 else None)
-                    trial_id = kwargs.get("trial_id", args[0] if args else None)
-                    if trial_id is not None and RDBStorage.get_trial(self, trial_id).state == state:
-                        return True
-                raise
-
-        return retrying(self.retry_s)(once)
-
-    call.__name__ = name
-    call.__doc__ = base.__doc__
-    return call
-
-
-for _name in _RETRIED_STORAGE_CALLS:
-    setattr(RetryingRDBStorage, _name, _retried(_name))
-
-
 def _with_versions(runner: Any) -> dict[str, Any]:
     """The runner's device info with the torch and triton versions its child reported, which
     the dashboard compares records with."""
@@ -283,146 +229,14 @@ def _with_versions(runner: Any) -> dict[str, Any]:
 
 
 def make_storage(url: str, *, heartbeat_s: int = 10, grace_s: int | None = None,
-                 retry_s: float = 30.0) -> RDBStorage:
+                 retry_s: float = 30.0) -> RetryingStorage:
     """Optuna's RDB storage with heartbeats, so a dead worker's RUNNING trial is failed and
     retried; with the store's engine options (pre-ping, keepalives, connect timeout), and each
-    call retried on a transient failure for up to `retry_s` seconds."""
-    from kernelsearch.db.engine import retrying
-
-    return retrying(retry_s)(_open_storage, url, heartbeat_s, grace_s, retry_s)
+    call retried on a transient failure for up to `retry_s` seconds (db.optuna_storage)."""
+    return open_optuna_storage(url, heartbeat_s=heartbeat_s, grace_s=grace_s, retry_s=retry_s)
 
 
-def _open_storage(url: str, heartbeat_s: int, grace_s: int | None, retry_s: float) -> RDBStorage:
-    from sqlalchemy import event
-    from sqlalchemy.exc import DBAPIError
-
-    from kernelsearch.db.engine import engine_kwargs
-
-    for attempt in range(3):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = RetryingRDBStorage(
-                    url, engine_kwargs=engine_kwargs(url), heartbeat_interval=heartbeat_s,
-                    grace_period=grace_s if grace_s is not None else 3 * heartbeat_s,
-                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
-                storage.retry_s = retry_s
-            if storage.engine.dialect.name == "sqlite" and storage.engine.url.database not in (None, "", ":memory:"):
-                # The store's own setting (db.engine): WAL without an fsync per commit. A trial
-                # commits a dozen times (params, attributes, tell); that fsync was ~12% of the
-                # tuner's per-trial bookkeeping on a SQLite file.
-                event.listen(storage.engine, "connect", _sqlite_wal_normal)
-                storage.engine.dispose()  # connections opened before the listener are dropped
-            return storage
-        except DBAPIError:
-            # Two workers opening a fresh database race to create Optuna's tables ("table
-            # trial_heartbeats already exists"); the loser finds them made on the next try.
-            if attempt == 2:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def _sqlite_wal_normal(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode = WAL")
-    cur.execute("PRAGMA synchronous = NORMAL")
-    cur.close()
-
-
-class _Heartbeat:
-    """Records heartbeats for the trials in flight (ask/tell does not do it for us)."""
-
-    def __init__(self, storage: Any, interval_s: float | None):
-        # interval None: a storage without heartbeats (in memory); nothing to record.
-        self.storage, self.interval_s = storage, interval_s
-        self.trial_ids: set[int] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ks-heartbeat", daemon=True)
-        if interval_s is not None:
-            self._thread.start()
-
-    def add(self, trial_id: int) -> None:
-        with self._lock:
-            self.trial_ids.add(trial_id)
-        if self.interval_s is not None:
-            self.storage.record_heartbeat(trial_id)
-
-    def remove(self, trial_id: int) -> None:
-        with self._lock:
-            self.trial_ids.discard(trial_id)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s or 1.0):
-            with self._lock:
-                ids = list(self.trial_ids)
-            for tid in ids:
-                try:
-                    self.storage.record_heartbeat(tid)
-                except Exception as exc:  # a database hiccup must not kill the tuning loop
-                    log.warning("heartbeat for trial %s failed: %s", tid, exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-
-def warm_start_configs(store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str,
-                       space: SearchSpace, k: int = WARM_NEIGHBOURS) -> list[tuple[dict[str, Any], dict[str, int]]]:
-    """Best configs of the k nearest other cases of this kernel and device that fit the space."""
-    kdef = get_kernel(kernel)
-    recs = [r for r in store.list_records(kernel, device)
-            if dict(r.axes) != dict(axes) and math.isfinite(kdef.distance(axes, r.axes))]
-    recs.sort(key=lambda r: (kdef.distance(axes, r.axes), r.latency_median_us))
-    out: list[tuple[dict[str, Any], dict[str, int]]] = []
-    keys: set[str] = set()
-    for r in recs:
-        if len(out) >= k:
-            break
-        try:
-            # In the space's own form: a record holds the kernel's canonical config, with
-            # parameters the space leaves inactive (B's num_stages on the tiles grid), which
-            # violation() would reject as "only applies when ...".
-            cfg = space.config_of(space.to_params(r.config))
-            if space.violation(cfg) is not None:
-                continue
-            key = space.key(cfg)
-        except InvalidConfig:
-            continue
-        if key not in keys:
-            keys.add(key)
-            out.append((space.canonical(cfg), dict(r.axes)))
-    return out
-
-
-def default_in_space(space: SearchSpace) -> dict[str, Any] | None:
-    """The kernel's default config in the space's own form, or None when the space excludes it."""
-    try:
-        # In the space's own form: parameters the space leaves inactive are dropped.
-        default = space.config_of(space.to_params(space.kernel.default_config))
-    except InvalidConfig:
-        return None  # a default outside this space (a test space, say)
-    return default if space.violation(default) is None else None
-
-
-def warm_start_picks(store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str,
-                     space: SearchSpace) -> list[tuple[dict[str, Any], Any]]:
-    """(config, source) in the order a study tries them. The kernel's default goes first: a short
-    study must never record a config slower than what an untuned call already gets (a short
-    study seeded from neighbours only can end well above it: docs/perf-notes.md). Then the space file's seeds, configs that won some suite case in a sweep (the way
-    triton.autotune is given a short list), then the nearest cases' bests."""
-    picks: list[tuple[dict[str, Any], Any]] = []
-    default = default_in_space(space)
-    if default is not None:
-        picks.append((default, "default"))
-    picks += [(cfg, f"seed: {note}") for cfg, note in space.seeds]
-    try:
-        picks += warm_start_configs(store, kernel, axes, device, space)
-    except Exception as exc:  # a store that cannot answer leaves the study cold, not broken
-        log.warning("warm start from neighbours skipped for %s %s: %s", kernel, axes, exc)
-    return picks
+RetryingRDBStorage = RetryingStorage  # the tuner's exported name for it
 
 
 def prefetch_case(runner: Any, store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str, *,
@@ -524,15 +338,15 @@ class TuneHooks:
     cancel: Callable[[], bool] | None = None
 
 
-def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, storage_url: str,
-              options: TuneOptions, runner: TrialRunner | None = None,
-              space: SearchSpace | None = None, storage: RDBStorage | None = None,
-              hooks: TuneHooks = TuneHooks()) -> CaseResult:
+def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore,
+              storage: str | BaseStorage, options: TuneOptions, runner: TrialRunner | None = None,
+              space: SearchSpace | None = None, hooks: TuneHooks = TuneHooks()) -> CaseResult:
     """Tune one case until `options` say stop, then write or improve the case's best record.
 
-    `runner` runs the trials (one of its own, closed after, when None); `space` overrides the
-    packaged space; `storage` replaces the RDB storage of `storage_url` (experiments replaying a
-    table in memory, or one storage shared by the cases of a run).
+    `storage` is where the study is kept: a database URL (`make_storage` opens it), or an open
+    Optuna storage (experiments replaying a table in memory, or one storage shared by the cases
+    of a run). `runner` runs the trials (one of its own, closed after, when None); `space`
+    overrides the packaged space.
     """
     t_wall = time.monotonic()
     o = options
@@ -559,10 +373,10 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
             measure_n = default_repeats(info.get("interpreter"))
         store.ensure_device(_with_versions(runner))
         sname = o.name or study_name(kernel, axes, device)
-        storage = storage or make_storage(storage_url, heartbeat_s=o.heartbeat_s)
+        opened = make_storage(storage, heartbeat_s=o.heartbeat_s) if isinstance(storage, str) else storage
         if o.lease is not None:
-            fence = _fence_storage(storage, store, sname, o.lease)
-        study = optuna.create_study(study_name=sname, storage=storage, direction="minimize",
+            fence = _fence_storage(opened, store, sname, o.lease)
+        study = optuna.create_study(study_name=sname, storage=opened, direction="minimize",
                                     sampler=optuna.samplers.RandomSampler(seed=o.seed),
                                     load_if_exists=True)
         # The sampler once the space's parameter names fit what the study already holds.
@@ -572,12 +386,8 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([METRIC_NAME])
-        loop = _Loop(kdef.name, axes, device, space, grid, study, storage, store, runner,
-                     o.sampler, measure_n, o.seed, o.summaries, run_tag=o.run_tag, cancel=hooks.cancel)
-        loop.job_id = o.job_id
-        if o.next_case is not None:
-            next_case = o.next_case
-            loop.near_end = lambda: _prefetch_next(loop, next_case)
+        loop = _Loop(CaseStudy(kdef.name, axes, device, space, grid, study, opened, store,
+                               runner, measure_n, o, hooks))
         loop.study.set_user_attr("ks_key", {"kernel": kernel, "axes": axes, "device": device})
         loop.study.set_user_attr("ks_space", space.fingerprint)
         if o.exclusive:
@@ -587,8 +397,7 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore, stora
         warm = loop.warm_start() if o.warm_start and o.sampler != "grid" else 0
         lost = False
         try:
-            stopped = loop.run(o.n_trials, o.timeout_s, o.patience, hooks.progress, hooks.should_stop,
-                               o.max_rejected)
+            stopped = loop.run()
         except LeaseLost:
             lost = True
             raise
@@ -638,7 +447,8 @@ def _fence_storage(storage: Any, store: TuningStore, study: str, lease: Lease) -
     runs once the write holds its locks and both commit together. Returns the undo."""
     from sqlalchemy import event
 
-    factory = getattr(getattr(storage, "scoped_session", None), "session_factory", None)
+    rdb = storage.rdb if isinstance(storage, RetryingStorage) else storage
+    factory = getattr(getattr(rdb, "scoped_session", None), "session_factory", None)
     if factory is None:
         raise TuneError(f"lease: needs Optuna's RDB storage (on the store's database), not {type(storage).__name__}")
 
@@ -679,22 +489,37 @@ def _has_record(store: RecordRepository, kernel: str, axes: Mapping[str, int], d
     return any(dict(r.axes) == dict(axes) for r in store.list_records(kernel, device))
 
 
+@dataclass(frozen=True)
+class CaseStudy:
+    """One case's opened study and all its loop needs: the case (kernel, axes, device, the
+    space fitted to the study and its grid), where it is kept (study, storage, store), what runs
+    its trials (runner, measure_n) and the caller's options and hooks."""
+
+    kernel: str
+    axes: Mapping[str, int]
+    device: str
+    space: SearchSpace
+    grid: list[dict[str, Any]]
+    study: optuna.Study
+    storage: BaseStorage
+    store: TuningStore
+    runner: TrialRunner
+    measure_n: int
+    options: TuneOptions
+    hooks: TuneHooks
+
+
 class _Loop:
     """The ask/tell loop of one study, with its memory of outcomes per config."""
 
-    def __init__(self, kernel: str, axes: Mapping[str, int], device: str, space: SearchSpace,
-                 grid: list[dict[str, Any]], study: optuna.Study, storage: RDBStorage, store: TuningStore,
-                 runner: TrialRunner, sampler: str, measure_n: int, seed: int | None,
-                 summaries: bool = True, run_tag: str | None = None,
-                 cancel: Callable[[], bool] | None = None):
-        self.kernel, self.axes, self.device = kernel, dict(axes), device
-        self.space, self.grid, self.study, self.storage = space, grid, study, storage
-        self.store, self.runner, self.sampler = store, runner, sampler
-        self.measure_n, self.seed, self.summaries = measure_n, seed, summaries
+    def __init__(self, case: CaseStudy):
+        self.options, self.hooks = case.options, case.hooks
+        self.kernel, self.axes, self.device = case.kernel, dict(case.axes), case.device
+        self.space, self.grid, self.study, self.storage = case.space, case.grid, case.study, case.storage
+        self.store, self.runner, self.measure_n = case.store, case.runner, case.measure_n
         self.ahead = False  # asking ahead for the compile pool; set by run()
         self.seen: dict[str, dict[str, Any]] = {}   # config key -> stored outcome (state, value)
         self.best: tuple[float, dict[str, Any], dict[str, Any]] | None = None  # value, cfg, outcome
-        self.run_tag, self.cancel = run_tag, cancel
         self.evaluated = 0
         self.counted = 0  # evaluated trials that count toward n_trials
         self.failed = 0
@@ -708,9 +533,10 @@ class _Loop:
         self.phase = {"compile": 0.0, "check": 0.0, "measure": 0.0, "wait": 0.0}
         self.history: list[float | None] = []
         self.worst_ok: float | None = None
-        # Called once when half the budget is spent (tune_case's next_case look-ahead).
-        self.near_end: Callable[[], Any] | None = None
-        self.job_id: int | None = None  # the job whose trials these are (trial summaries)
+        # Called once when half the budget is spent (the options' next_case look-ahead).
+        next_case = self.options.next_case
+        self.near_end: Callable[[], Any] | None = (
+            None if next_case is None else lambda: _prefetch_next(self, next_case))
         self._load_existing()
 
     # -- state from the study --------------------------------------------------------------
@@ -725,7 +551,7 @@ class _Loop:
                 continue
             key = config_key(cfg)
             self.evaluated += 1
-            if self.run_tag is None or t.user_attrs.get(A_TAG) == self.run_tag:
+            if self.options.run_tag is None or t.user_attrs.get(A_TAG) == self.options.run_tag:
                 self.counted += 1
             if st == TrialMark.OK and t.value is not None:
                 self._remember_ok(key, t.value, cfg, t.user_attrs.get(A_OUT) or {})
@@ -761,7 +587,7 @@ class _Loop:
                 continue
             out = dict(t.user_attrs.get(A_OUT) or {})
             extra = {k: v for k, v in out.items() if k not in ("ok", "failure_kind", "message")}
-            extra["sampler"] = self.sampler
+            extra["sampler"] = self.options.sampler
             extra["repaired"] = True
             self.store.add_trial_summary(
                 self.study.study_name, self.kernel, self.device, self.axes, t.number,
@@ -794,28 +620,18 @@ class _Loop:
 
     # -- warm start ------------------------------------------------------------------------
     def warm_start(self) -> int:
-        picks = warm_start_picks(self.store, self.kernel, self.axes, self.device, self.space)
-        waiting = [t.system_attrs.get("fixed_params") for t in
-                   self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
-        n = 0
-        for cfg, src in picks:
-            key = self.space.key(cfg)
-            params = self.space.to_params(cfg)
-            if key in self.seen or params in waiting:
-                continue
-            self.study.enqueue_trial(params, user_attrs={"ks_warm_start_from": src},
-                                     skip_if_exists=True)
-            waiting.append(params)
-            n += 1
-        return n
+        return enqueue_warm_start(self.study, self.store, self.kernel, self.axes, self.device,
+                                  self.space, self.seen)
 
     # -- the loop --------------------------------------------------------------------------
     def _config(self, trial: optuna.Trial) -> dict[str, Any]:
         return self.space.suggest(trial)
 
-    def run(self, n_trials: int, timeout_s: float | None, patience: int | None,
-            progress: Callable[[int, int, float | None], None] | None,
-            should_stop: Callable[[], bool] | None, max_rejected: int | None) -> StopReason:
+    def run(self) -> StopReason:
+        """Ask, evaluate and tell until the options (or the hooks) say stop; returns why."""
+        o, h = self.options, self.hooks
+        n_trials, timeout_s, patience, max_rejected = o.n_trials, o.timeout_s, o.patience, o.max_rejected
+        progress, should_stop = h.progress, h.should_stop
         t0 = time.monotonic()
         limit_rej = max_rejected if max_rejected is not None else max(50, 10 * n_trials)
         # Asking ahead feeds the compile pool; model-based samplers keep at most 8 asked and not
@@ -824,11 +640,11 @@ class _Loop:
         # each config is asked (and sent to the pool) about `batch` trials before it runs: a
         # compile takes seconds, a trial a fraction of one.
         batch = max(1, self.runner.compile_workers or 1)
-        if self.sampler in ("tpe", "gp", "cmaes"):
+        if self.options.sampler in ("tpe", "gp", "cmaes"):
             batch = min(batch, 8)
         self.ahead = batch > 1
         interval = getattr(self.storage, "get_heartbeat_interval", lambda: None)()
-        hb = _Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
+        hb = Heartbeat(self.storage, max(1.0, interval / 2) if interval else None)
         pending: list[tuple[optuna.Trial, dict[str, Any]]] = []
         stopped = StopReason.N_TRIALS
         lost = False
@@ -895,10 +711,10 @@ class _Loop:
         except Exception as exc:  # a look-ahead hint must never fail the case being tuned
             log.warning("prefetch of the next case after %s %s skipped: %s", self.kernel, self.axes, exc)
 
-    def _ask_batch(self, n: int, hb: _Heartbeat) -> list[tuple[optuna.Trial, dict[str, Any]]]:
+    def _ask_batch(self, n: int, hb: Heartbeat) -> list[tuple[optuna.Trial, dict[str, Any]]]:
         out = []
         with warnings.catch_warnings():
-            # Heartbeats are recorded by _Heartbeat: Optuna's hint about optimize() does not apply.
+            # Heartbeats are recorded by Heartbeat: Optuna's hint about optimize() does not apply.
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             fail_stale_trials(self.study)
@@ -947,7 +763,7 @@ class _Loop:
                 self._tell_infeasible(trial)
             return
         out = self.runner.run(self.kernel, self.axes, full, measure_n=self.measure_n,
-                              seed=self.seed or 0, cancel=self.cancel)
+                              seed=self.options.seed or 0, cancel=self.hooks.cancel)
         for ph, v in (("compile", out.compile_s), ("check", out.check_s),
                       ("measure", out.measure_s), ("wait", out.compile_wait_s)):
             self.phase[ph] += v
@@ -973,15 +789,15 @@ class _Loop:
             self.seen[key] = {"state": TrialMark.FAIL, "kind": out.failure_kind, "message": out.message}
             self._count_failure(out.failure_kind, out.message, new=True)
             self.history.append(None)
-        if self.summaries:
+        if self.options.summaries:
             self._summary(trial, full, out)
         if progress is not None:
             progress(self.counted, n_trials, self.best[0] if self.best else None)
 
     def _store_outcome(self, trial: optuna.Trial, out: TrialOutcome) -> None:
         """The evaluated trial's attributes and its tell (Optuna's writes of its outcome)."""
-        if self.run_tag is not None:
-            trial.set_user_attr(A_TAG, self.run_tag)
+        if self.options.run_tag is not None:
+            trial.set_user_attr(A_TAG, self.options.run_tag)
         trial.set_user_attr(A_RUN, True)
         trial.set_user_attr(A_OUT, _finite_or_none(out.as_dict()))
         if out.ok:
@@ -996,13 +812,13 @@ class _Loop:
     def _summary(self, trial: optuna.Trial, cfg: dict[str, Any], out: TrialOutcome) -> None:
         extra = _finite_or_none({k: v for k, v in out.as_dict().items()
                            if k not in ("ok", "failure_kind", "message")})
-        extra["sampler"] = self.sampler
+        extra["sampler"] = self.options.sampler
         try:
             self.store.add_trial_summary(
                 self.study.study_name, self.kernel, self.device, self.axes, trial.number,
                 TrialStatus.COMPLETE if out.ok else TrialStatus.FAIL, cfg,
                 out.timing.get("median_us") if out.ok else None,
-                out.failure_kind, out.message or None, extra, job_id=self.job_id)
+                out.failure_kind, out.message or None, extra, job_id=self.options.job_id)
         except LeaseLost:
             raise
         except Exception as exc:  # the study holds the trial; a lost summary is only a log line
@@ -1014,7 +830,7 @@ class _Loop:
         best = self.best
         return CaseResult(
             kernel=self.kernel, axes=dict(self.axes), device=self.device,
-            study_name=self.study.study_name, sampler=self.sampler,
+            study_name=self.study.study_name, sampler=self.options.sampler,
             best_config=dict(best[1]) if best else None,
             best_latency_us=best[0] if best else None,
             n_complete=self.evaluated - self.failed, n_failed=self.failed, improved=False,

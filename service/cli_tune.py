@@ -196,7 +196,7 @@ def tune(
                 def report(done: int, total: int, best: float | None, task=task) -> None:
                     progress.update(task, completed=done, best=format_latency(best))
 
-                res = tune_case(kernel, axes, store=store, storage_url=db_url, runner=runner,
+                res = tune_case(kernel, axes, store=store, storage=db_url, runner=runner,
                                 options=TuneOptions(n_trials=trials, sampler=sampler, timeout_s=timeout,
                                                     patience=patience, warm_start=not no_warm_start,
                                                     seed=seed, measure_n=measure_n or settings.measure_n,

@@ -313,7 +313,7 @@ class Worker:
                     lease=held if study is not None else None,
                     next_case=(job.kernel, job.cases[i + 1]) if i + 1 < len(job.cases) else None)
                 return tune_case(job.kernel, axes, store=self.store.under_lease(held),
-                                 storage_url=self.settings.database_url,
+                                 storage=self.settings.database_url,
                                  runner=self.runner, options=options,
                                  hooks=TuneHooks(progress=progress, should_stop=should_stop,
                                                  cancel=self._job_cancelled))

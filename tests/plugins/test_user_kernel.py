@@ -82,7 +82,7 @@ def test_tuned_stored_and_served_without_crossing_dtypes(ss_store):
     store, url = ss_store
     with TrialRunner(trial_timeout_s=60, compile_workers=0) as r:
         assert "ks_user_axpy" in r.kernel_modules  # the child learns the kernel from its module
-        res = tune_case(ks_user_axpy.NAME, FP16, store=store, storage_url=url, runner=r,
+        res = tune_case(ks_user_axpy.NAME, FP16, store=store, storage=url, runner=r,
                         options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
     assert res.n_complete == 3 and res.n_failed == 0
     (rec,) = store.list_records(ks_user_axpy.NAME)

@@ -65,7 +65,7 @@ def _options(lease: Lease, n_trials: int = 3) -> TuneOptions:
 
 def _tune(store: Store, lease: Lease, runner: ScriptedRunner, n_trials: int = 3,
           hooks: TuneHooks = TuneHooks()) -> Any:
-    return tune_case(KERNEL, AXES, store=store.under_lease(lease), storage_url=store.url,
+    return tune_case(KERNEL, AXES, store=store.under_lease(lease), storage=store.url,
                      runner=runner, options=_options(lease, n_trials), hooks=hooks)  # type: ignore[arg-type]
 
 

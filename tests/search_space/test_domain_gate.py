@@ -113,7 +113,7 @@ def test_a_config_failing_any_draw_is_never_a_record(ss_store, domain_runner):
     store, url = ss_store
     space = SearchSpace.from_dict({"kernel": K.name, "param": [
         {"name": "FAULT", "choices": ["range", "angles", "none"]}]}, K)
-    res = tune_case(K.name, AXES, store=store, storage_url=url, runner=domain_runner, space=space,
+    res = tune_case(K.name, AXES, store=store, storage=url, runner=domain_runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
     assert res.n_failed == 2 and res.best_config == {"FAULT": "none"}, res
     (rec,) = store.list_records(K.name, res.device)

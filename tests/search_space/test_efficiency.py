@@ -21,13 +21,13 @@ def test_trials_to_within():
 def test_replay_answers_from_the_grid_without_running(ss_store, runner):
     store, url = ss_store
     space = fake_space(modes=("ok", "wrong"), blocks=(16, 32, 64))
-    grid = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    grid = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                      options=TuneOptions(n_trials=space.size(), sampler="grid", seed=0, measure_n=2,
                                          name="g"))
     table = _grid_table(url, "g")
     assert len(table) == 6 and grid.n_complete + grid.n_failed == 6
     tab = TableRunner(table, space, runner.device_info, runner.versions)
-    rep = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=tab, space=space,
+    rep = tune_case(FAKE, {"n": 24}, store=store, runner=tab, space=space,
                     storage=optuna.storages.InMemoryStorage(), options=TuneOptions(n_trials=6,
                                                                                    sampler="random", seed=1,
                                                                                    measure_n=2, name="r",

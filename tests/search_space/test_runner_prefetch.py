@@ -233,7 +233,7 @@ class _InstantRunner:
 
 
 def _tune(store, runner, n_trials, name, should_stop=None, **kw):
-    return tune_case(PROBE, {"n": 60}, store=store, storage_url="unused", runner=runner,
+    return tune_case(PROBE, {"n": 60}, store=store, runner=runner,
                      space=probe_space(), storage=runner.storage,
                      options=TuneOptions(n_trials=n_trials, sampler="tpe", seed=0, name=name,
                                          write_record=False, **kw),

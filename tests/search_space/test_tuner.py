@@ -46,7 +46,7 @@ def test_study_name_is_stable_and_keyed():
 def test_every_sampler_tunes_and_writes_a_record(ss_store, runner, sampler):
     store, url = ss_store
     space = fake_space(modes=("ok",), blocks=(16, 32, 64))
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2))
     assert res.n_complete == 3 and res.n_failed == 0 and res.stopped_because in (
         "n_trials", "space_exhausted"), _outcomes(store, res)
@@ -64,7 +64,7 @@ def test_every_sampler_tunes_and_writes_a_record(ss_store, runner, sampler):
 def test_failures_are_typed_remembered_and_never_rerun(ss_store, runner):
     store, url = ss_store
     space = fake_space(modes=("ok", "compile_error", "wrong"), blocks=(16, 32))
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=6, sampler="random", seed=3, measure_n=2))
     # Six distinct configs, each run exactly once, however often random proposed it.
     assert res.n_run_now == 6 and res.n_complete == 2 and res.n_failed == 4, _outcomes(store, res)
@@ -76,7 +76,7 @@ def test_failures_are_typed_remembered_and_never_rerun(ss_store, runner):
     configs = [json.dumps(r["config"], sort_keys=True) for r in rows]
     assert len(set(configs)) == 6
     # Asking for more: the space is exhausted, nothing runs again.
-    again = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    again = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                       options=TuneOptions(n_trials=10, sampler="tpe", seed=4, measure_n=2))
     assert again.n_run_now == 0 and again.stopped_because == "space_exhausted"
     # TPE saw the failures as infeasible, not as FAIL trials it cannot learn from.
@@ -91,7 +91,7 @@ def test_failed_trials_are_told_to_optuna_as_worse_than_the_measured_ones(ss_sto
     latency measured before it, so no sampler (nor Optuna's best_trial) takes it for the best."""
     store, url = ss_store
     space = fake_space(modes=("ok", "compile_error", "wrong"), blocks=(16, 32))
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=6, sampler="grid", seed=0, measure_n=2))
     assert res.n_complete == 2 and res.n_failed == 4, _outcomes(store, res)
     study = optuna.load_study(study_name=study_name(FAKE, {"n": 24}, res.device), storage=url)
@@ -114,7 +114,7 @@ def test_failed_trials_are_told_to_optuna_as_worse_than_the_measured_ones(ss_sto
 
 def test_a_wrong_config_is_never_a_record(ss_store, runner):
     store, url = ss_store
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner,
+    res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner,
                     space=fake_space(modes=("wrong",)), options=TuneOptions(n_trials=2, sampler="grid",
                                                                             seed=0, measure_n=2))
     assert res.best_config is None and res.n_failed == 2 and res.record_id is None, \
@@ -128,7 +128,7 @@ def test_crash_and_timeout_are_failed_trials(ss_store):
     store, url = ss_store
     with TrialRunner(trial_timeout_s=3.0, kernel_modules=["ks_fake_kernels"],
                      compile_workers=TEST_COMPILE_WORKERS) as r:
-        res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, runner=r,
+        res = tune_case(FAKE, {"n": 8}, store=store, storage=url, runner=r,
                         space=fake_space(modes=("crash", "hang", "ok"), blocks=(16,)),
                         options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
     assert res.n_failed == 2 and res.n_complete == 1, _outcomes(store, res)
@@ -141,20 +141,20 @@ def test_crash_and_timeout_are_failed_trials(ss_store):
 def test_stops_on_patience_timeout_and_request(ss_store, runner):
     store, url = ss_store
     space = fake_space(modes=("ok",), blocks=(16, 32, 64))
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="random", seed=0, measure_n=2),
                     hooks=TuneHooks(should_stop=lambda: True))
     assert res.stopped_because == "cancelled" and res.n_run_now == 0
     calls = []
-    res = tune_case(FAKE, {"n": 16}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 16}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="random", seed=0, measure_n=2, timeout_s=1e-6),
                     hooks=TuneHooks(progress=lambda d, n, b: calls.append((d, n, b))))
     assert res.stopped_because == "timeout" and res.n_run_now <= 1
     with pytest.raises(TuneError, match="sampler"):
-        tune_case(FAKE, {"n": 16}, store=store, storage_url=url, runner=runner,
+        tune_case(FAKE, {"n": 16}, store=store, storage=url, runner=runner,
                   options=TuneOptions(n_trials=1, sampler="bogus"))
     with pytest.raises(TuneError, match="axes"):
-        tune_case(FAKE, {"n": 0}, store=store, storage_url=url, runner=runner,
+        tune_case(FAKE, {"n": 0}, store=store, storage=url, runner=runner,
                   options=TuneOptions(n_trials=1))
 
 
@@ -164,11 +164,11 @@ def test_warm_start_enqueues_the_nearest_cases_best(ss_store, runner):
     # The neighbours' bests are never the kernel's default (BLOCK 32), which is enqueued first:
     # a neighbour best equal to it would be deduplicated, whichever config timed faster.
     no_default = fake_space(modes=("ok",), blocks=(16, 64))
-    near = tune_case(FAKE, {"n": 60}, store=store, storage_url=url, runner=runner, space=no_default,
+    near = tune_case(FAKE, {"n": 60}, store=store, storage=url, runner=runner, space=no_default,
                      options=TuneOptions(n_trials=2, sampler="random", seed=1, measure_n=2, warm_start=False))
-    far = tune_case(FAKE, {"n": 4000}, store=store, storage_url=url, runner=runner, space=no_default,
+    far = tune_case(FAKE, {"n": 4000}, store=store, storage=url, runner=runner, space=no_default,
                     options=TuneOptions(n_trials=1, sampler="random", seed=2, measure_n=2, warm_start=False))
-    res = tune_case(FAKE, {"n": 64}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 64}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="tpe", seed=5, measure_n=2))
     distinct = {json.dumps(c, sort_keys=True) for c in (near.best_config, far.best_config)}
     evaluated = _evaluated(url, res.study_name)
@@ -191,7 +191,7 @@ from kernelsearch.search_space.tuner import TuneOptions, tune_case
 if __name__ == "__main__":
     with TrialRunner(trial_timeout_s=30, kernel_modules=["ks_fake_kernels"],
                      compile_workers=TEST_COMPILE_WORKERS) as r:
-        tune_case(FAKE, {{"n": 8}}, store=Store({url!r}), storage_url={url!r}, runner=r,
+        tune_case(FAKE, {{"n": 8}}, store=Store({url!r}), storage={url!r}, runner=r,
                   space=fake_space(modes=("ok", "slow"), blocks=(16, 32)),
                   options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, heartbeat_s=1))
 """
@@ -234,7 +234,7 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
                     f"its trials: {seen}")
     before = _evaluated(url, name)
     time.sleep(5.0)  # well past the grace period (3 heartbeats of 1 s) on a loaded machine
-    res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, runner=runner,
+    res = tune_case(FAKE, {"n": 8}, store=store, storage=url, runner=runner,
                     space=fake_space(modes=("ok", "slow"), blocks=(16, 32)),
                     options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, heartbeat_s=1))
     after = _evaluated(url, name)
@@ -250,9 +250,9 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
 def test_tune_and_resume_on_each_database(store, db_url, runner):
     """Optuna's tables and ours share the database (SQLite, and PostgreSQL when configured)."""
     space = fake_space(modes=("ok", "wrong"), blocks=(16, 32))
-    first = tune_case(FAKE, {"n": 16}, store=store, storage_url=db_url, runner=runner, space=space,
+    first = tune_case(FAKE, {"n": 16}, store=store, storage=db_url, runner=runner, space=space,
                       options=TuneOptions(n_trials=2, sampler="tpe", seed=0, measure_n=2))
-    second = tune_case(FAKE, {"n": 16}, store=store, storage_url=db_url, runner=runner, space=space,
+    second = tune_case(FAKE, {"n": 16}, store=store, storage=db_url, runner=runner, space=space,
                        options=TuneOptions(n_trials=4, sampler="tpe", seed=0, measure_n=2))
     assert first.n_run_now == 2 and second.n_run_now == 2
     assert second.n_complete + second.n_failed == 4 and second.n_complete == 2, \
@@ -269,7 +269,7 @@ def test_seeds_are_enqueued_after_the_default(ss_store, runner):
                   {"name": "BLOCK", "choices": [16, 32, 64], "ordinal": True}],
         "seed": [{"note": "wide", "BLOCK": 64}, {"BLOCK": 16}],
     }, ks_fake_kernels.KERNEL)
-    res = tune_case(FAKE, {"n": 40}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 40}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="tpe", seed=3, measure_n=2))
     evaluated = sorted(_evaluated(url, res.study_name), key=lambda t: t.number)
     froms = [t.user_attrs.get("ks_warm_start_from") for t in evaluated]
@@ -303,7 +303,7 @@ def test_a_run_tag_adds_trials_and_failures_are_reported(ss_store, runner):
     tag) counts its own trials once. Failure kinds are counted per run and per study."""
     store, url = ss_store
     space = fake_space(modes=("wrong", "compile_error", "ok"), blocks=(16, 32, 64))
-    first = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner,
+    first = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner,
                       space=fake_space(
                           modes=("wrong", "compile_error"), blocks=(16, 32)),
                       options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, warm_start=False))
@@ -311,16 +311,16 @@ def test_a_run_tag_adds_trials_and_failures_are_reported(ss_store, runner):
     assert first.new_failure_kinds == {"wrong_result": 2, "compile_error": 2}
     assert "4 of this run's trials failed" in first.failure_summary()
     assert first.first_failure and first.first_failure in first.failure_summary()
-    untagged = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    untagged = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                          options=TuneOptions(n_trials=2, sampler="random", seed=1, measure_n=2))
     assert untagged.n_run_now == 0 and untagged.stopped_because == "n_trials"
     assert untagged.failure_kinds == {"wrong_result": 2, "compile_error": 2}
     assert "of the study's trials failed" in untagged.failure_summary()
-    added = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    added = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                       options=TuneOptions(n_trials=2, sampler="random", seed=1, measure_n=2, run_tag="run-a"))
     assert added.n_run_now == 2 and added.n_counted == 2
     assert added.n_complete + added.n_failed == 6
-    resumed = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    resumed = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                         options=TuneOptions(n_trials=3, sampler="random", seed=1, measure_n=2,
                                             run_tag="run-a"))
     assert resumed.n_run_now == 1 and resumed.n_counted == 3
@@ -330,7 +330,7 @@ def test_measure_n_defaults_to_the_devices_repeats(ss_store, runner):
     from kernelsearch.kernels.measure import default_repeats
 
     store, url = ss_store
-    res = tune_case(FAKE, {"n": 12}, store=store, storage_url=url, runner=runner,
+    res = tune_case(FAKE, {"n": 12}, store=store, storage=url, runner=runner,
                     space=fake_space(modes=("ok",), blocks=(16,)), options=TuneOptions(n_trials=1,
                                                                                        sampler="random",
                                                                                        seed=0))
@@ -355,7 +355,7 @@ def test_cancel_stops_the_case_and_the_trial_is_run_again_later(ss_store):
         timer = threading.Timer(1.0, flag.set)
         timer.start()
         try:
-            res = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, runner=r, space=space,
+            res = tune_case(FAKE, {"n": 8}, store=store, storage=url, runner=r, space=space,
                             options=TuneOptions(n_trials=1, sampler="grid", seed=0, measure_n=2),
                             hooks=TuneHooks(cancel=flag.is_set))
         finally:
@@ -366,7 +366,7 @@ def test_cancel_stops_the_case_and_the_trial_is_run_again_later(ss_store):
         r2 = TrialRunner(trial_timeout_s=2.0, kernel_modules=["ks_fake_kernels"],
                          compile_workers=TEST_COMPILE_WORKERS)
     with r2:
-        again = tune_case(FAKE, {"n": 8}, store=store, storage_url=url, runner=r2, space=space,
+        again = tune_case(FAKE, {"n": 8}, store=store, storage=url, runner=r2, space=space,
                           options=TuneOptions(n_trials=1, sampler="grid", seed=0, measure_n=2))
     assert again.n_run_now == 1 and again.new_failure_kinds == {"timeout": 1}
 
@@ -377,7 +377,7 @@ def test_study_params_are_the_config_fields_and_the_metric_is_named(ss_store, ru
     field over its real values (not `BLOCK__idx` indices or one `grid_id`), latency named."""
     store, url = ss_store
     space = fake_space(modes=("ok",), blocks=(16, 32, 64))
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2))
     study = optuna.load_study(study_name=res.study_name, storage=url)
     assert study.metric_names == ["latency_us"]
@@ -414,7 +414,7 @@ def test_a_study_of_the_old_param_layout_resumes(ss_store, runner, sampler):
         params=params, distributions=dists, value=1e6,
         user_attrs={"ks_config": full, "ks_state": "ok", "ks_evaluated": True}))
     assert space.config_of(params) == space.grid()[0] or sampler == "grid"
-    res = tune_case(FAKE, axes, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, axes, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2,
                                         warm_start=False))
     assert res.study_name == name and res.n_complete == 3 and res.n_run_now == 2

@@ -12,7 +12,7 @@ from ss_helpers import FAKE, fake_space
 def test_tuning_run_fills_a_complete_export(ss_store, runner):
     store, url = ss_store
     space = fake_space(modes=("ok", "compile_error"), blocks=(16, 32))
-    res = tune_case(FAKE, {"n": 24}, store=store, storage_url=url, runner=runner, space=space,
+    res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, job_id=41))
     assert res.record_id is not None and res.n_failed >= 1
     (rec,) = store.list_records(FAKE, res.device)
@@ -30,7 +30,7 @@ def test_tuning_run_fills_a_complete_export(ss_store, runner):
 
 def test_reference_none_measures_nothing(ss_store, runner):
     store, url = ss_store
-    res = tune_case(FAKE, {"n": 16}, store=store, storage_url=url, runner=runner,
+    res = tune_case(FAKE, {"n": 16}, store=store, storage=url, runner=runner,
                     space=fake_space(modes=("ok",), blocks=(16,)), options=TuneOptions(n_trials=1,
                                                                                        sampler="grid", seed=0,
                                                                                        measure_n=2,

@@ -37,7 +37,7 @@ def _trials(url: str, state: TrialState):
 @pytest.mark.parametrize("exclusive", [True, False])
 def test_failing_loop_leaves_no_running_trial_under_the_claim(sqlite_store, exclusive) -> None:
     with pytest.raises(RuntimeError, match="broke"):
-        tune_case(KERNEL, AXES, store=sqlite_store, storage_url=sqlite_store.url, runner=BrokenRunner(),
+        tune_case(KERNEL, AXES, store=sqlite_store, storage=sqlite_store.url, runner=BrokenRunner(),
                   options=TuneOptions(n_trials=2, sampler="random", exclusive=exclusive, warm_start=False))
     running = _trials(sqlite_store.url, TrialState.RUNNING)
     assert len(running) == (0 if exclusive else 1)
@@ -45,13 +45,13 @@ def test_failing_loop_leaves_no_running_trial_under_the_claim(sqlite_store, excl
 
 def test_missing_history_row_is_repaired_on_resume(sqlite_store, runner) -> None:
     url = sqlite_store.url
-    tune_case(KERNEL, AXES, store=sqlite_store, storage_url=url, runner=runner,
+    tune_case(KERNEL, AXES, store=sqlite_store, storage=url, runner=runner,
               options=TuneOptions(n_trials=2, sampler="random", measure_n=1, warm_start=False))
     evaluated = [t.number for t in _trials(url, TrialState.COMPLETE) if t.user_attrs.get(A_RUN)]
     assert len(evaluated) == 2
     with sqlite_store.engine.begin() as conn:  # as if the worker died before the second row
         conn.exec_driver_sql("DELETE FROM ks_trials WHERE trial_number = ?", (evaluated[1],))
-    tune_case(KERNEL, AXES, store=sqlite_store, storage_url=url, runner=runner,
+    tune_case(KERNEL, AXES, store=sqlite_store, storage=url, runner=runner,
               options=TuneOptions(n_trials=2, sampler="random", measure_n=1, warm_start=False))
     rows = sqlite_store.trial_summaries(KERNEL, INTERPRETER_DEVICE, AXES)
     assert sorted(r["trial_number"] for r in rows) == sorted(evaluated)

@@ -146,7 +146,7 @@ def run_search(kernels: Sequence[str], cases: Sequence[int], store: TuningStore,
                 log(f"budget spent before the grid of {kname} {_label(axes)}")
                 break
             name = f"eff{tag}/grid/{kname}/{_label(axes)}"
-            res = tune_case(kname, axes, store=store, storage_url=url, runner=runner, space=space,
+            res = tune_case(kname, axes, store=store, storage=url, runner=runner, space=space,
                             options=TuneOptions(n_trials=n_grid, sampler="grid", seed=0, measure_n=measure_n,
                                                 name=name, timeout_s=clock.left(), warm_start=False))
             tables[_label(axes)] = _grid_table(url, name)
@@ -191,7 +191,7 @@ def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping
             for seed in range(seeds):
                 if clock.left() <= 2:
                     break
-                r = tune_case(kname, dict(axes), store=store, storage_url=url, runner=tab, space=space,
+                r = tune_case(kname, dict(axes), store=store, runner=tab, space=space,
                               storage=optuna.storages.InMemoryStorage(),
                               options=TuneOptions(n_trials=n_replay, sampler=sampler, seed=seed,
                                                   measure_n=measure_n,
@@ -204,7 +204,7 @@ def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping
             log(f"{variant} {kname} {lab}: trials to within 3%: "
                 f"{[x['trials_to_within'] for x in runs]} (grid {n_grid})")
         if live_runner is not None and clock.left() > 10:
-            r = tune_case(kname, dict(axes), store=store, storage_url=url, runner=live_runner, space=space,
+            r = tune_case(kname, dict(axes), store=store, storage=url, runner=live_runner, space=space,
                           options=TuneOptions(n_trials=max(5, math.ceil(0.2 * n_grid)), sampler="tpe", seed=0,
                                               measure_n=measure_n,
                                               name=f"eff{tag}/live_tpe_warm/{kname}/{lab}",
@@ -364,7 +364,7 @@ def run_table_search(doc: Mapping[str, Any], kernels: Sequence[str], cases: Sequ
             full = outcomes[num]
             table = {k: {kk: vv for kk, vv in full[k].items() if kk != "_row"} for k in grid_keys}
             name = f"eff{tag}/grid/{kname}/{lab}"
-            res = tune_case(kname, axes, store=store, storage_url=url,
+            res = tune_case(kname, axes, store=store,
                             runner=TableRunner(table, space, device_info, versions), space=space,
                             storage=optuna.storages.InMemoryStorage(),
                             options=TuneOptions(n_trials=n_grid, sampler="grid", seed=0, measure_n=measure_n,
@@ -421,7 +421,7 @@ def run_throughput(kernels: Sequence[str], store: TuningStore, url: str, runner:
             log(f"budget spent after {i} of {len(todo)} cases")
             break
         share = clock.left() / (len(todo) - i)
-        r = tune_case(kname, axes, store=store, storage_url=url, runner=runner, storage=storage,
+        r = tune_case(kname, axes, store=store, runner=runner, storage=storage,
                       options=TuneOptions(n_trials=n_trials, sampler="tpe", seed=0, measure_n=measure_n,
                                           warm_start=True, name=f"eff{tag}/throughput/{kname}/{_label(axes)}",
                                           timeout_s=max(1.0, share),

@@ -290,6 +290,22 @@ class Backends:
         except SourceUnavailable:
             return None
 
+    def lookup_bounded(self, key: Key, opts: Options, near: Near | None = None) -> Found | None:
+        """`lookup` waited on for at most `KS_AUTOTUNE_TIMEOUT_S` (not at all while the last
+        one ran out of time): the hooks' lookups, which nothing adopts later."""
+        self.prepare()
+        fut = _in_background(lambda: self.lookup(key, opts, near=near))
+        wait = 0.0 if time.monotonic() < self.slow_until else opts.timeout_s
+        try:
+            return fut.result(timeout=wait)
+        except FutureTimeout:
+            if wait > 0:
+                self.slow_until = time.monotonic() + opts.retry_s
+            return None
+        except Exception as exc:
+            log.warning("config lookup for %s failed: %s", key.kernel, exc)
+            return None
+
     def submit_once(self, key: Key, n_trials: int, opts: Options,
                     capture: Mapping[str, Any] | None = None,
                     definition: Mapping[str, Any] | None = None) -> None:
@@ -393,6 +409,14 @@ class Backends:
 
 BACKENDS = Backends()
 atexit.register(BACKENDS.drain, 10.0)
+
+
+def serves_list(found: Found, und: UndeclaredKernel, configs: Sequence[Config]) -> bool:
+    """Whether a record may stand for this undeclared kernel's list with nothing measured here:
+    tuned on this code, with a timing for every listed config."""
+    if found.source_hash not in (None, und.definition.source_hash):
+        return False
+    return bool(found.timings) and {canonical_key(c) for c in configs} <= set(found.timings or ())
 
 
 class SourceIdentityError(Exception):
@@ -578,8 +602,6 @@ class Autotuner(TritonAutotuner):
         config list), else -1: torch.compile then tunes every config, as triton.autotune would."""
         import torch
 
-        from kernelsearch.kernels.device import device_name
-
         named: dict[str, Any] = {k: v for k, v in ints}
         named.update({k: None for k in nones})
         for k, dtype, device in tensors:
@@ -590,23 +612,13 @@ class Autotuner(TritonAutotuner):
         case = self.case_key(named)
         if case is None:
             return -1
-        case = Key(case.kernel, case.axes, device_name(named[tensors[0][0]].device)) if tensors else case
-        BACKENDS.prepare()
-        fut = _in_background(lambda: BACKENDS.lookup(case, opts))
-        try:
-            found = fut.result(timeout=opts.timeout_s)
-        except Exception:
-            return -1
+        found = BACKENDS.lookup_bounded(case, opts)
         res = self._resolution_of(found, opts)
         if res is None or res.provisional or found is None:
             return -1
         und = self.undeclared
-        if self.kernel_def is None and und is not None:
-            if found.source_hash not in (None, und.definition.source_hash):
-                return -1
-            listed = {canonical_key(c) for c in self.configs}
-            if not found.timings or not listed <= set(found.timings):
-                return -1
+        if self.kernel_def is None and und is not None and not serves_list(found, und, self.configs):
+            return -1
         key = tuple(v for _, v in ints) + tuple(d for _, d, _ in tensors)
         with self._lock:
             self.sources[key] = res.source

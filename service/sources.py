@@ -34,19 +34,15 @@ class StoreSource:
 
     name = "store"
 
-    def __init__(self, store: RecordRepository, find: Callable[..., Any] | None = None) -> None:
+    def __init__(self, store: RecordRepository) -> None:
         self.store = store
-        # How to call find_best: the server passes one bounded by its own time limit.
-        self._find = find or store.find_best
 
     def get(self, key: Key, near: Near | None, fresh: bool) -> Found | None:
         def distance(other: dict[str, Any], _work: float) -> float:
             return near(other) if near is not None else float("inf")
 
         try:
-            got = self._find(key.kernel, key.device, key.axes_dict, distance)
-        except SourceUnavailable:
-            raise
+            got = self.store.find_best(key.kernel, key.device, key.axes_dict, distance)
         except Exception as exc:
             raise SourceUnavailable(f"store: {exc}") from exc
         if got is None:
@@ -135,8 +131,8 @@ class ServiceSource:
         if pick is None:
             return None
         axes, dist = pick
-        return self._found(key, snap[axes], Match.EXACT if dist == 0.0 and axes == key.axes
-                           else Match.NEAREST, dist)
+        return self._found(key, snap[axes], Match.EXACT if axes == key.axes else Match.NEAREST,
+                           dist)
 
 
 def local_store(settings: ClientSettings) -> RecordRepository | None:

@@ -24,8 +24,6 @@ import logging
 import math
 import sys
 import threading
-import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -106,36 +104,25 @@ def served_entry(call: _Call) -> str | None:
     """The autotune entry of this call from the resolver, as Triton writes one; None when no
     record of this code measured every config of this list."""
     from kernelsearch.kernels.configs import canonical_key
-    from kernelsearch.service.autotune import (BACKENDS, Options, _in_background,
-                                               undeclared_key)
+    from kernelsearch.service.autotune import BACKENDS, Options, serves_list, undeclared_key
 
     und = _kernel(call)
     key = undeclared_key(und, call.named)
     if key is None:
         return None
-    opts = Options.from_env()
-    BACKENDS.prepare()
-    fut = _in_background(lambda: BACKENDS.lookup(key, opts))
-    wait = 0.0 if time.monotonic() < BACKENDS.slow_until else opts.timeout_s
-    try:
-        found = fut.result(timeout=wait)
-    except FutureTimeout:
-        if wait > 0:
-            BACKENDS.slow_until = time.monotonic() + opts.retry_s
-        return None
+    found = BACKENDS.lookup_bounded(key, Options.from_env())
     if found is None or not found.timings:
         return None
-    if found.source_hash is not None and found.source_hash != und.definition.source_hash:
-        log.info("%s: the served record was tuned on other code; Triton benchmarks here", und.name)
+    if not serves_list(found, und, call.configs):
+        log.info("%s: no served record of this code and config list; Triton benchmarks here",
+                 und.name)
         return None
     pairs = []
     winner = canonical_key(found.config)
     # The record's winner first: Triton takes the first of equal timings, so a tie (medians of a
     # coarse timer often are) still picks what the first host ran.
     for c in sorted(call.configs, key=lambda c: canonical_key(c) != winner):
-        t = found.timings.get(canonical_key(c), "missing")
-        if t == "missing":
-            return None  # a record of another config list: not this one's
+        t = found.timings[canonical_key(c)]
         ms = math.inf if t is None else float(t) / 1e3
         pairs.append((c.__dict__, [ms, ms, ms]))
     log.info("%s: autotune entry for key %s served by kernelsearch (%s)", und.name,

@@ -43,6 +43,22 @@ def _first_policy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.fixture
+def isolated_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                    tmp_path) -> None:
+    """A user program's settings with no service, no local database and no lookup state left
+    over: each test names the service or store it uses."""
+    from kernelsearch.service.autotune import BACKENDS
+
+    names = ["KS_SERVICE_URL", "KS_AUTOTUNE_SYNC"]
+    if request.node.get_closest_marker("tune_default") is not None:
+        names.append("KS_AUTOTUNE_FALLBACK")
+    for k in names:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
+    BACKENDS.reset()
+
+
+@pytest.fixture
 def at_store(store) -> Iterator[object]:
     """A migrated store of each kind (PostgreSQL when KS_TEST_POSTGRES_URL is set), with this
     process's lookup state forgotten around the test."""

@@ -8,23 +8,13 @@ The benchmark is a counting wall clock, so a test can tell whether a process ben
 from __future__ import annotations
 
 import os
-import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-BENCHED: list[str] = []
-
-
-def counting_bench(fn, quantiles=None, **_kw):
-    BENCHED.append("x")
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    dt = (time.perf_counter() - t0) * 1e3
-    return [dt, dt, dt]
+from at_env import BENCHED, counting_bench  # noqa: E402
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 16}, num_warps=1),

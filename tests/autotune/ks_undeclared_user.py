@@ -12,17 +12,7 @@ import triton.language as tl
 
 import kernelsearch
 
-BENCHED: list[str] = []
-
-
-def counting_bench(fn, quantiles=None, **_kw):
-    """triton.testing.do_bench's answer shape, by the wall clock; counts every config it times."""
-    BENCHED.append("x")
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    dt = (time.perf_counter() - t0) * 1e3
-    return [dt, dt, dt]
+from at_env import BENCHED, counting_bench
 
 
 CONFIGS = [triton.Config({"BLOCK": 16}, num_warps=1), triton.Config({"BLOCK": 32}, num_warps=2),

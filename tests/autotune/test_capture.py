@@ -6,43 +6,28 @@ naming the module and the fix."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 import triton
-from at_env import HERE, child_env
+from at_env import child_env, run_user
 from fastapi.testclient import TestClient
 from svc_helpers import KB, LiveServer, settings_for
 
 from kernelsearch.kernels.capture import Capture, CaptureError, capture_call, rebuild
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.kernels.spec import config_key
-from kernelsearch.service import autotune as at
 from kernelsearch.service.api import create_app
 from kernelsearch.service.definitions import register_definition
 from kernelsearch.service.worker import Worker
 
-pytestmark = [pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("isolated_client")]
 NAME = "ks_undeclared_user.scale_kernel"
 CASE = {"n": 200, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for k in ("KS_SERVICE_URL", "KS_AUTOTUNE_SYNC"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
-    at.BACKENDS.reset()
-
-
 def _user(n: int, dtype: str, env: dict) -> dict:
-    out = subprocess.run([sys.executable, str(HERE / "ks_undeclared_user.py"), str(n), dtype],
-                         env=env, capture_output=True, text=True, timeout=300, cwd=HERE)
-    assert out.returncode == 0, out.stderr
-    print(out.stderr)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_user("ks_undeclared_user.py", n, dtype, env=env)
 
 
 def test_a_miss_is_tuned_by_a_worker_from_its_capture_and_served_to_a_fresh_process(

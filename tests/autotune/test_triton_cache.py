@@ -3,13 +3,10 @@ kernel, unchanged, with only TRITON_CACHE_MANAGER set. A first host benchmarks a
 entry as a record; a second host with a fresh Triton cache runs no benchmark."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import httpx
 import pytest
-from at_env import HERE, child_env
+from at_env import child_env, run_user
 from svc_helpers import LiveServer, settings_for
 
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
@@ -22,11 +19,7 @@ MANAGER = "kernelsearch.triton_cache:AutotuneCacheManager"
 
 def _host(n: int, env: dict, cache_dir) -> dict:
     """One fresh process on a fresh Triton cache directory: a new host."""
-    out = subprocess.run([sys.executable, str(HERE / "ks_triton_cache_user.py"), str(n)],
-                         env={**env, "TRITON_CACHE_DIR": str(cache_dir)}, capture_output=True,
-                         text=True, timeout=300, cwd=HERE)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_user("ks_triton_cache_user.py", n, env={**env, "TRITON_CACHE_DIR": str(cache_dir)})
 
 
 def test_a_second_host_runs_no_benchmark(sqlite_store, tmp_path) -> None:

@@ -4,7 +4,6 @@ first config, and served to a fresh process with no benchmark; a grown config li
 what is new; Triton's autotuner behaviours hold (hooks, pruning, one cache entry per key)."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from at_env import HERE, child_env
+from at_env import HERE, child_env, run_user
 from svc_helpers import LiveServer, settings_for
 
 import kernelsearch
@@ -22,23 +21,13 @@ from kernelsearch.service import autotune as at
 from kernelsearch.service.api import create_app
 from kernelsearch.service.autotune import Source
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.tune_default]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.tune_default,
+              pytest.mark.usefixtures("isolated_client")]
 NAME = "ks_undeclared_user.scale_kernel"
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for k in ("KS_SERVICE_URL", "KS_AUTOTUNE_FALLBACK", "KS_AUTOTUNE_SYNC"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
-    at.BACKENDS.reset()
-
-
 def _user(n: int, dtype: str, env: dict) -> dict:
-    out = subprocess.run([sys.executable, str(HERE / "ks_undeclared_user.py"), str(n), dtype],
-                         env=env, capture_output=True, text=True, timeout=300, cwd=HERE)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_user("ks_undeclared_user.py", n, dtype, env=env)
 
 
 def test_tuned_once_then_served_to_fresh_processes(sqlite_store) -> None:

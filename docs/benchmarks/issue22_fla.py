@@ -18,6 +18,7 @@ forward (its backward refuses to run on Hopper under Triton < 3.7.1, fla issue 6
   tc-ks-first    kernelsearch.triton_cache on a first host: benchmarks, shares the entries
   tc-ks-second   kernelsearch.triton_cache on a second host (fresh Triton cache): served
   tc-redis-first, tc-redis-second   Triton's RemoteCacheManager over its RedisRemoteCacheBackend
+                 (triton_redis.py: the attribute Triton 3.6.0's class reads and lacks)
 
 Each mode prints one JSON line: time from the first call to all results,
 the op latencies (triton.testing.do_bench, its L2 flush), how many configs were benchmarked, and
@@ -224,11 +225,12 @@ def table(out: Path) -> str:
         same = rows["ks-first"]["picks"] == rows["ks-served"]["picks"]
         lines.append(f"served host ran ks-first's configs: {same} "
                      f"({len(rows['ks-first']['picks'])} autotuned kernels)")
-    if "tc-ks-first" in rows and "tc-ks-second" in rows:
-        a, b = rows["tc-ks-first"]["picks"], rows["tc-ks-second"]["picks"]
-        differ = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
-        lines.append(f"cache-manager second host ran the first host's configs: {not differ} "
-                     f"({len(a)} autotuned kernels; differing: {differ})")
+    for route in ("tc-ks", "tc-redis"):
+        if f"{route}-first" in rows and f"{route}-second" in rows:
+            a, b = rows[f"{route}-first"]["picks"], rows[f"{route}-second"]["picks"]
+            differ = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+            lines.append(f"{route} second host ran the first host's configs: {not differ} "
+                         f"({len(a)} autotuned kernels; differing: {differ})")
     if "triton" in rows and "ks-first" in rows:
         a, b = rows["triton"]["picks"], rows["ks-first"]["picks"]
         lines.append(f"kernels whose pick differs between triton and ks-first: "

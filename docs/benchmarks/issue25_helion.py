@@ -7,8 +7,14 @@ Two Helion kernels, a row softmax (fp16, 4096 x 4096) and an fp16 matmul (4096^3
           puts its entries to the service
   served  a second host: a fresh Helion cache directory (and fresh Triton/Inductor caches), the
           backend answers each key: Helion logs `remote cache hit` and does not tune
+  local-configs   a third host given only the tuning host's Helion entries (its `*.best_config`
+          files, as a container image could ship them) and no backend: Helion's own local cache
+          on a fresh host, whose kernels compile cold as the served host's do
+  served-compiled a fourth host with the tuning host's compiled kernels (Helion's Triton cache,
+          Inductor's) but not its entries: the backend answers, nothing compiles cold; the
+          served start-up less the compile, against `local`
   local   the first host again with Helion's own warm local cache and no backend
-          (`HELION_AUTOTUNE_CACHE=LocalAutotuneCache`)
+          (`HELION_AUTOTUNE_CACHE=LocalAutotuneCache`; its compiled kernels warm too)
 
 Each mode reports the time from its first call to both results (and per kernel), Helion's cache
 counters, the remote hits its log shows, and the configs it ran; the outputs are checked against
@@ -36,7 +42,9 @@ try:  # importable without Helion or a GPU; the kernels exist only where Helion 
 except ImportError:
     helion = None
 
-MODES = ("tune", "served", "local")
+MODES = ("tune", "served", "local-configs", "served-compiled", "local")
+HOSTS = {"tune": "host1", "local": "host1", "served": "host2", "local-configs": "host3",
+         "served-compiled": "host4"}
 BACKEND = "kernelsearch.helion.KernelsearchBackend"
 SOFTMAX_SHAPE = (4096, 4096)
 MATMUL_SHAPE = (4096, 4096, 4096)
@@ -134,15 +142,30 @@ def _start_service(work: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("issue25_helion: the service did not start")
 
 
+def _prepare_host(mode: str, tuned: Path, home: Path) -> None:
+    """host3: only the tuning host's entries; host4: its caches without the entries."""
+    import shutil
+
+    if mode == "local-configs":
+        (home / "helion").mkdir(parents=True, exist_ok=True)
+        for f in (tuned / "helion").glob("*.best_config"):
+            shutil.copy2(f, home / "helion" / f.name)
+    elif mode == "served-compiled":
+        shutil.copytree(tuned, home, dirs_exist_ok=True)
+        for f in (home / "helion").glob("*.best_config"):
+            f.unlink()
+
+
 def _run_mode(mode: str, work: Path, url: str, token: str | None) -> dict:
     """One mode in a fresh process with its own caches (served: fresh; local: the tune mode's)."""
-    home = work / ("host2" if mode == "served" else "host1")
+    home = work / HOSTS[mode]
+    _prepare_host(mode, work / "host1", home)
     env = {**os.environ, "HELION_CACHE_DIR": str(home / "helion"),
            "TRITON_CACHE_DIR": str(home / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
            "HELION_AUTOTUNE_EFFORT": "quick"}
     for var in ("HELION_FORCE_AUTOTUNE", "HELION_SKIP_CACHE", "HELION_REMOTE_CACHE_BACKEND"):
         env.pop(var, None)
-    if mode == "local":
+    if mode.startswith("local"):
         env["HELION_AUTOTUNE_CACHE"] = "LocalAutotuneCache"
     else:
         env.update(HELION_AUTOTUNE_CACHE="RemoteAutotuneCache", HELION_REMOTE_CACHE_BACKEND=BACKEND,

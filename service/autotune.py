@@ -107,9 +107,10 @@ class Options:
         from pydantic import ValidationError
 
         from .settings import ClientSettings as Settings
+        from .settings import client_settings
 
         try:
-            st = Settings()
+            st = client_settings()
         except ValidationError as exc:
             bad = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
             for name in sorted(bad):
@@ -231,10 +232,10 @@ class Backends:
             self._ensure_locked()
 
     def _ensure_locked(self) -> None:
-        from .settings import ClientSettings
+        from .settings import client_settings
         from .sources import ServiceSource, StoreSource, local_store, service_client
 
-        settings = ClientSettings()
+        settings = client_settings()
         sig = (settings.database_url, settings.service_url)
         with self._lock:
             if sig == self._made_for:

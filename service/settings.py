@@ -52,6 +52,20 @@ class ClientSettings(BaseSettings):
                                     "read, write or list waits this long at most (a miss costs minutes of tuning)")
 
 
+def client_settings() -> ClientSettings:
+    """ClientSettings for the environment as it is now, built once per distinct environment: the
+    hooks ask for them on every key, and building them (reading and validating every KS_*
+    variable) costs tens of milliseconds. A ValidationError is raised each time, never kept."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items()
+                       if k.startswith("KS_") or k in ("HOME", "XDG_DATA_HOME")))
+    return _client_settings_for(env)
+
+
+@lru_cache(maxsize=8)
+def _client_settings_for(env: tuple[tuple[str, str], ...]) -> ClientSettings:
+    return ClientSettings()
+
+
 class Settings(ClientSettings):
     """The API's and the workers' settings: the client's, and the server's own."""
 

@@ -49,9 +49,9 @@ class _Connection:
         self._pending: set[threading.Thread] = set()
 
     def ensure(self) -> None:
-        from kernelsearch.service.settings import ClientSettings
+        from kernelsearch.service.settings import client_settings
 
-        st = ClientSettings()
+        st = client_settings()
         token = st.api_token.get_secret_value() if st.api_token else None
         sig = (st.service_url, st.database_url, token, st.helion_timeout_s, st.autotune_retry_s)
         with self._lock:

@@ -47,3 +47,18 @@ def test_the_default_database_is_absolute_and_the_same_from_any_directory(tmp_pa
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert make_url(Settings().database_url).database == str(
         tmp_path / "home" / ".local" / "share" / "kernelsearch" / "kernelsearch.db")
+
+
+def test_client_settings_follow_the_environment_and_are_built_once_per_environment(monkeypatch) -> None:
+    from kernelsearch.service.settings import client_settings
+
+    monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "1.5")
+    first = client_settings()
+    assert first.autotune_timeout_s == 1.5
+    assert client_settings() is first  # the hooks ask per key: not rebuilt
+    monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "2.5")
+    assert client_settings().autotune_timeout_s == 2.5
+    monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "-1")
+    for _ in range(2):  # an invalid environment raises every time, nothing kept
+        with pytest.raises(ValidationError, match="autotune_timeout_s"):
+            client_settings()

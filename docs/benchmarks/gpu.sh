@@ -13,6 +13,7 @@
 #   retune        $RECORDS imported, then $RETUNE_KERNEL's suite cases tuned $TRIALS more trials each through
 #                 `kernelsearch tune` (a faster correct config replaces a record), exported ($OUT/h200_records.json)
 #   bench         kernelsearch bench with the database's records (eager, compile, default, tuned)
+#   bench-before  the same with the package as it was before issue 26's refactor (.whl_old/, commit 537c288)
 #   issue13       the matmul example through the service, and triton.autotune vs kernelsearch.autotune
 #   issue22       fla-core (flash-linear-attention, .whl/) unchanged but for the decorator swap: triton.autotune
 #                 on a cold host, kernelsearch on a first host (tunes, shares) and a second (served), and
@@ -79,6 +80,15 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       $KS records import --if-empty $RECORDS
       timeout ${BENCH_S:-170} $KS bench --compare-default --n 30 --json $OUT/bench.json \
         --table $OUT/bench.txt 2>$OUT/bench.err; echo "bench rc=$?"; grep -i mean $OUT/bench.txt ;;
+    bench-before)
+      # The bench step on the package before issue 26's refactor (.whl_old/: commit 537c288's wheel,
+      # the same dependencies), its own database with the same records: before/after in one call.
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_old .whl_old/kernelsearch-*.whl || exit 1
+      (export PYTHONPATH=/tmp/site_old:/tmp/site KS_DATABASE_URL=sqlite:////tmp/ks/before.db
+       $KS db upgrade >/dev/null && $KS records import --if-empty $RECORDS
+       timeout ${BENCH_S:-170} $KS bench --compare-default --n 30 --json $OUT/bench_before.json \
+         --table $OUT/bench_before.txt 2>$OUT/bench_before.err; echo "bench-before rc=$?"
+       grep -i mean $OUT/bench_before.txt) ;;
     issue13)
       timeout ${ISSUE13_S:-420} bash docs/benchmarks/issue13_matmul.sh 2>&1 | grep -v -i warn | tail -40 ;;
     issue22)

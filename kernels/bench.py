@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .check import check_config
 from .device import default_device, device_info, versions
 from .measure import copy_bandwidth, measure_config, measure_reference
+from .runtime import runtime_of
 from .spec import Axes, AxisValue, KernelDef
 
 
@@ -64,7 +65,7 @@ def bench_cases(kernel: KernelDef, cases: Sequence[Axes], *,
             progress(f"{kernel.name} {axes} {source}")
         chk = check_config(kernel, axes, cfg, device=device, seed=1234)
         t = measure_config(kernel, axes, cfg, n=n, device=device)
-        stats = kernel.compiled_stats()
+        stats = runtime_of(kernel).compiled_stats()
         dflt = None
         if compare_default:
             dflt = (t if cfg == kernel.default_config

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .errors import KernelSearchError
+from .runtime import runtime_of
 from .spec import InputDomain, source_hash_of
 from .undeclared import Definition, UndeclaredKernel, kernel_def
 
@@ -341,19 +342,25 @@ def import_tuner(defn: Definition) -> Any:
     return obj
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class CapturedKernel(UndeclaredKernel):
     """An undeclared kernel with a call to tune on: inputs rebuilt from the capture, each config
     launched through the user's decorator, the first config's written tensors as the reference.
 
     A launch with `out` runs on copies of the inputs (the correctness check leaves inputs as
     they were) and copies what the kernel wrote into `out`; without `out` it runs in place, as
-    the user's call and Triton's benchmark do, and returns the written tensors."""
+    the user's call and Triton's benchmark do, and returns the written tensors. Which tensors
+    the first config writes is learnt at its first launch and kept in the kernel's runtime."""
 
     capture: Capture
     tuner: Any = field(default=None, repr=False)
-    # Positions (among the tensor arguments) of the tensors the first config writes.
-    written: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        # The hooks are this kernel's own methods, bound once while the declaration is made.
+        object.__setattr__(self, "make_inputs", self.captured_inputs)
+        object.__setattr__(self, "launch", self.captured_launch)
+        object.__setattr__(self, "reference", self.captured_reference)
+        super().__post_init__()
 
     @property
     def source_hash(self) -> str:  # type: ignore[override]
@@ -383,22 +390,29 @@ class CapturedKernel(UndeclaredKernel):
         grid = self._grid(config)
         with self.tuner.using(dict(config)):
             self.tuner[grid](**named)
-        self.last_compiled = getattr(self.tuner, "last_launch", None)
+        runtime_of(self).last_compiled = getattr(self.tuner, "last_launch", None)
 
     def _written(self, inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
-        """Which tensors the first config writes, found once by running it on copies."""
-        if self.written is None:
-            copies = [t.clone() for t in inputs]
-            self._run(copies, self.first_config)
-            self.written = tuple(i for i, (a, b) in enumerate(zip(copies, inputs))
-                                 if not torch.equal(a, b))
-            if not self.written:
-                raise CaptureError(f"{self.name}: the first config writes none of the tensors "
-                                   f"({', '.join(self.capture.tensor_names)})")
-            self.output_names = tuple(self.capture.tensor_names[i] for i in self.written)
-            dtypes = tuple(inputs[i].dtype for i in self.written)
-            self.output_dtypes = lambda _axes: dtypes
-        return self.written
+        """Which tensors the first config writes, found once (per process) by running it on copies."""
+        return runtime_of(self).once("written", lambda: self._find_written(inputs))[0]
+
+    def _find_written(self, inputs: Sequence[torch.Tensor]) -> tuple[tuple[int, ...], tuple[torch.dtype, ...]]:
+        copies = [t.clone() for t in inputs]
+        self._run(copies, self.first_config)
+        written = tuple(i for i, (a, b) in enumerate(zip(copies, inputs)) if not torch.equal(a, b))
+        if not written:
+            raise CaptureError(f"{self.name}: the first config writes none of the tensors "
+                               f"({', '.join(self.capture.tensor_names)})")
+        return written, tuple(inputs[i].dtype for i in written)
+
+    def output_names_for(self, axes: Mapping[str, Any]) -> tuple[str, ...]:
+        """The tensors the first config writes (none known before its first launch)."""
+        got = runtime_of(self).known("written")
+        return tuple(self.capture.tensor_names[i] for i in got[0]) if got else ()
+
+    def output_dtypes_for(self, axes: Mapping[str, Any]) -> tuple[torch.dtype, ...]:
+        got = runtime_of(self).known("written")
+        return tuple(got[1]) if got else ()
 
     @property
     def first_config(self) -> dict[str, Any]:
@@ -439,15 +453,9 @@ def captured_kernel(defn: Definition, capture: Capture, tuner: Any | None = None
                            f"must be integers, tensors where the definition has them)")
     und = kernel_def(defn)
     base = {f.name: getattr(und, f.name) for f in fields(und) if f.init}
-    k = CapturedKernel(**base, capture=capture, tuner=tuner or import_tuner(defn))
-    k.input_names = capture.tensor_names
-    k.output_names = ()
-    k.make_inputs = k.captured_inputs
-    k.launch = k.captured_launch
-    k.reference = k.captured_reference
-    k.bytes_moved = und.bytes_moved
-    k.domain = InputDomain(distributions=("benchmark",))
-    return k
+    base.update(input_names=capture.tensor_names, output_names=(),
+                domain=InputDomain(distributions=("benchmark",)))
+    return CapturedKernel(**base, capture=capture, tuner=tuner or import_tuner(defn))
 
 
 _FROM_SPEC: dict[str, CapturedKernel] = {}

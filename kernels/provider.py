@@ -19,7 +19,8 @@ from .resolve import Found, Key, Resolver, SourceUnavailable
 class KernelDef(Protocol):
     """What a lookup needs of a kernel (`spec.KernelDef` has it): its name and its "nearest"."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def distance(self, a: Axes, b: Mapping[str, Any]) -> float: ...
 

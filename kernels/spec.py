@@ -13,7 +13,6 @@ import inspect
 import json
 import math
 import sys
-import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -25,6 +24,7 @@ from .axes import Axes, AxisValue
 from .configs import (LAUNCH_OPTIONS, config_key, from_triton_config, split_config,  # noqa: F401
                       to_triton_config)
 from .errors import InvalidConfig
+from .runtime import runtime_of
 
 
 Tensors = tuple[torch.Tensor, ...]
@@ -201,71 +201,71 @@ class InputDomain:
         return tuple(out)
 
 
-class _Launches(threading.local):
-    """What the runtime keeps of each kernel's calls, apart from its declaration (`KernelDef`,
-    shared by every thread): the Triton handle of its latest launch in this thread, by name."""
-
-    def __init__(self) -> None:
-        self.handles: dict[str, Any] = {}
-
-
-_launches = _Launches()
-
-
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class KernelDef:
-    """Everything the layers above need to tune, check, time and call one kernel."""
+    """What a kernel's author declares: everything the layers above need to tune, check, time and
+    call one kernel. Immutable, and compared by identity; what a process learns while running it
+    (source hash, latest launch) is its `runtime.runtime_of(kernel)`, never kept here."""
 
+    # -- identity and shapes: what the kernel is and what keys a case ---------------------------
     name: str
-    axes: tuple[Axis, ...]
-    params: tuple[Param, ...]
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...] = ("out",)
     description: str = ""
     benchmark_problem: str = ""
-    # The suite: cases tuned by `kernelsearch tune KERNEL --all` and shown on the dashboard.
-    cases: tuple[Case, ...] = ()
-    # Relative error (norm of difference over norm of the float64 reference) every output must
-    # stay under; `tolerance` overrides it per case (e.g. fp16/bf16 outputs at their own rtol).
-    rtol: float
-    # make_inputs(axes, *, seed, distribution, device) -> input tensors in the launcher's order.
-    make_inputs: Callable[..., Tensors]
-    # The maths in float64 (the correctness gate's truth).
-    reference: Callable[..., Tensors]
-    # launch(*inputs, config=<validated full config>, out=<tuple of output tensors>|None).
-    launch: Callable[..., Tensors]
-    axes_of: Callable[..., dict[str, AxisValue]]
-    # Bytes the kernel must move at least: the memory roofline.
-    bytes_moved: Callable[[Axes], int]
-    # The benchmark's eager PyTorch path (eager and torch.compile speedups); None: not compared.
-    torch_reference: Callable[..., Tensors] | None = None
-    # Raises a ValueError naming the first bad argument.
-    check_inputs: Callable[..., None] = lambda *inputs: None
-    # Cross-parameter rules: returns a message when the combination is not accepted.
-    rules: Callable[[Mapping[str, Any]], str | None] = lambda cfg: None
+    axes: tuple[Axis, ...]
     # Extra axes a user may give that do not key the case (e.g. num_images for workload A).
     extra_axes: tuple[str, ...] = ()
-    # Floating-point operations at least (compute roofline); None: memory-bound only.
-    flops: Callable[[Axes], int] | None = None
-    # Per-case rtol (e.g. by the case's dtype axis); None: `rtol` everywhere.
-    tolerance: Callable[[Axes], float] | None = None
-    # Dtypes of the outputs for a case (the gate poisons outputs of these dtypes); None: float32.
-    output_dtypes: Callable[[Axes], Sequence[torch.dtype]] | None = None
-    # The @triton.jit functions launched: the record's source identity is Triton's JIT cache key
-    # over them and the jit functions they call. Empty: the launcher's module source.
-    triton_kernels: tuple[Any, ...] = ()
-    # The search space: a TOML file (path), a list of configs (triton.Config or mappings), or
-    # None for the packaged spaces/<name>.toml.
-    space: Any = None
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...] = ("out",)
+    # The suite: cases tuned by `kernelsearch tune KERNEL --all` and shown on the dashboard.
+    cases: tuple[Case, ...] = ()
     # The module whose import registers this kernel (child processes import it); default: the
     # launcher's module.
     module: str | None = None
 
-    def __post_init__(self) -> None:
-        if self.module is None:
-            self.module = getattr(self.launch, "__module__", None)
+    # -- the kernel and what it accepts: launch, configs, call-time checks ----------------------
+    # launch(*inputs, config=<validated full config>, out=<tuple of output tensors>|None).
+    launch: Callable[..., Tensors]
+    params: tuple[Param, ...]
+    # Cross-parameter rules: returns a message when the combination is not accepted.
+    rules: Callable[[Mapping[str, Any]], str | None] = lambda cfg: None
+    # The search space: a TOML file (path), a list of configs (triton.Config or mappings), or
+    # None for the packaged spaces/<name>.toml.
+    space: Any = None
+    # The @triton.jit functions launched: the record's source identity is Triton's JIT cache key
+    # over them and the jit functions they call. Empty: the launcher's module source.
+    triton_kernels: tuple[Any, ...] = ()
+    # The case axes of a call's inputs (the user's entry point, `__call__`).
+    axes_of: Callable[..., dict[str, AxisValue]]
+    # Raises a ValueError naming the first bad argument.
+    check_inputs: Callable[..., None] = lambda *inputs: None
+
+    # -- test hooks: the correctness gate ------------------------------------------------------
+    # make_inputs(axes, *, seed, distribution, device) -> input tensors in the launcher's order.
+    make_inputs: Callable[..., Tensors]
+    # The maths in float64 (the correctness gate's truth).
+    reference: Callable[..., Tensors]
+    # Relative error (norm of difference over norm of the float64 reference) every output must
+    # stay under; `tolerance` overrides it per case (e.g. fp16/bf16 outputs at their own rtol).
+    rtol: float
+    # Per-case rtol (e.g. by the case's dtype axis); None: `rtol` everywhere.
+    tolerance: Callable[[Axes], float] | None = None
+    # Dtypes of the outputs for a case (the gate poisons outputs of these dtypes); None: float32.
+    output_dtypes: Callable[[Axes], Sequence[torch.dtype]] | None = None
     # The inputs a served config must be right on: the draws the correctness gate runs.
     domain: InputDomain = field(default_factory=InputDomain)
+
+    # -- measurement hooks: rooflines and the eager baseline -----------------------------------
+    # Bytes the kernel must move at least: the memory roofline.
+    bytes_moved: Callable[[Axes], int]
+    # Floating-point operations at least (compute roofline); None: memory-bound only.
+    flops: Callable[[Axes], int] | None = None
+    # The benchmark's eager PyTorch path (eager and torch.compile speedups); None: not compared.
+    torch_reference: Callable[..., Tensors] | None = None
+
+    def __post_init__(self) -> None:
+        if self.module is None:
+            # A default derived once, while the declaration is made.
+            object.__setattr__(self, "module", getattr(self.launch, "__module__", None))
 
     @property
     def source_hash(self) -> str:
@@ -273,21 +273,21 @@ class KernelDef:
         covers the jit functions they call, so an edit to a shared helper changes it), else the
         launcher's module source."""
         if self.triton_kernels:
-            # Computed once: it parses the kernels' sources, and lookups ask for it.
-            cached = self.__dict__.get("_source_hash")
-            if cached is None:
-                cached = source_hash_of(self.triton_kernels)
-                self.__dict__["_source_hash"] = cached
-            return cached
+            # Computed once per process: it parses the kernels' sources, and lookups ask for it.
+            return runtime_of(self).once("source_hash", lambda: source_hash_of(self.triton_kernels))
         mod = sys.modules[self.launch.__module__]
         return hashlib.sha256(inspect.getsource(mod).encode()).hexdigest()[:16]
 
     def rtol_for(self, axes: Axes) -> float:
         return float(self.tolerance(axes)) if self.tolerance is not None else float(self.rtol)
 
+    def output_names_for(self, axes: Axes) -> tuple[str, ...]:
+        """The outputs a launch of this case writes (a captured kernel learns them at run time)."""
+        return tuple(self.output_names)
+
     def output_dtypes_for(self, axes: Axes) -> tuple[torch.dtype, ...]:
         if self.output_dtypes is None:
-            return (torch.float32,) * len(self.output_names)
+            return (torch.float32,) * len(self.output_names_for(axes))
         return tuple(self.output_dtypes(axes))
 
     def launch_options(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -296,27 +296,6 @@ class KernelDef:
 
     def meta_parameters(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return split_config(config)[0]
-
-    @property
-    def last_compiled(self) -> Any:
-        """The Triton handle of this kernel's latest launch in this thread (its registers, spills
-        and shared memory); a launcher sets it (`KERNEL.last_compiled = kernel[grid](...)`). Kept
-        per thread, not on the declaration: two threads launching it never read each other's."""
-        return _launches.handles.get(self.name)
-
-    @last_compiled.setter
-    def last_compiled(self, handle: Any) -> None:
-        _launches.handles[self.name] = handle
-
-    def compiled_stats(self) -> dict[str, Any]:
-        """Registers, spills and shared memory of the latest launch in this thread (empty under
-        the interpreter)."""
-        h = self.last_compiled
-        if h is None or not hasattr(h, "n_regs"):
-            return {}
-        md = getattr(h, "metadata", None)
-        return {"n_regs": int(h.n_regs), "n_spills": int(h.n_spills),
-                "shared_bytes": int(getattr(md, "shared", 0) or 0)}
 
     # -- the user's entry point -------------------------------------------------------------
     def __call__(self, *inputs: torch.Tensor, config: Mapping[str, Any] | None = None):

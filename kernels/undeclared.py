@@ -165,7 +165,7 @@ def work_of(axes: Mapping[str, Any]) -> int:
                      if isinstance(v, int) and not isinstance(v, bool))
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class UndeclaredKernel(KernelDef):
     """The KernelDef of an undeclared kernel, with the definition it was built from."""
 

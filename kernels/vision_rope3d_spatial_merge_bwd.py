@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ._trig import TRIG_CHOICES, sincos
 from .device import default_device, is_interpreter, num_programs_hint
-from .spec import Axes, AxisValue, Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
+from .spec import Axes, AxisValue, Axis, InputDomain, KernelDef, Param, check_tensor, load_cases, runtime_of
 
 NAME = "vision_rope3d_spatial_merge_bwd"
 NUM_HEADS = 16
@@ -157,7 +157,7 @@ def launch(grad_q_embed: torch.Tensor, grad_k_embed: torch.Tensor, q: torch.Tens
         grid = n_tiles
     cm, ep = _CACHE[config["CACHE"]]
     scm, sep = _STORE[config["STORE"]]
-    KERNEL.last_compiled = _rope3d_bwd_kernel[(grid,)](
+    runtime_of(KERNEL).last_compiled = _rope3d_bwd_kernel[(grid,)](
         grad_q_embed, grad_k_embed, q, k, embeddings, dq, dk, de, S, n_tiles,
         ROWS=rows, HEADS=heads, BLOCK_D=bd, N_H=n_h, N_D=n_d, TRIG=config["TRIG"],
         ASM=not is_interpreter(), CM=cm, EP=ep, SCM=scm, SEP=sep, ATOMIC=atomic,

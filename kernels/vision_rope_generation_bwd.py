@@ -47,7 +47,7 @@ import triton.language as tl
 
 from ._trig import TRIG_CHOICES, sincos
 from .device import default_device, is_interpreter, num_programs_hint
-from .spec import Axes, AxisValue, Axis, InputDomain, KernelDef, Param, check_tensor, load_cases
+from .spec import Axes, AxisValue, Axis, InputDomain, KernelDef, Param, check_tensor, load_cases, runtime_of
 
 NAME = "vision_rope_generation_bwd"
 HEAD_DIM = 72
@@ -519,7 +519,7 @@ def launch(grad_cos: torch.Tensor, grad_sin: torch.Tensor, pos_ids: torch.Tensor
     rb = 32 * nw if n_rows <= 32 * nw or fixed else 128 * nw
     if config["REDUCE"] == "hybrid":
         rb = 2 * nw
-    KERNEL.last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
+    runtime_of(KERNEL).last_compiled = _rope_gen_bwd_kernel[(n_prog,)](
         grad_cos, grad_sin, pos_ids, emb, grad, ws, counter, slots, flag_rows, P, n_tiles,
         BLOCK_P=bp, TILES=tiles, REDUCE=config["REDUCE"], COLS=config["COLS"],
         TRIG=config["TRIG"], ASM=not is_interpreter(), RB=rb, PIPELINE=config["PIPELINE"], GROUP=GROUP,

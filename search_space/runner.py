@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kernelsearch.kernels.errors import FailureKind, TrialCrash
 from kernelsearch.kernels.registry import get_kernel, resolve
 from kernelsearch.kernels.spec import config_key
+from kernelsearch.kernels.runtime import runtime_of
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         out.compile_s = time.perf_counter() - t0
-        stats = kernel.compiled_stats()
+        stats = runtime_of(kernel).compiled_stats()
         out.n_regs = stats.get("n_regs")
         out.n_spills = stats.get("n_spills")
         out.shared_bytes = stats.get("shared_bytes")

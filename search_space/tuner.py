@@ -12,6 +12,7 @@ from the stored outcome instantly and never re-run.
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -19,7 +20,7 @@ import random
 import re
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
@@ -55,59 +56,107 @@ A_CONFIG, A_STATE, A_KIND, A_MSG, A_OUT, A_RUN, A_TAG = (
 GRID_PARAM = "grid_id"
 
 
-@dataclass
-class CaseResult:
-    """What tuning one case produced; phase seconds count this call's trials only."""
+@dataclass(frozen=True)
+class CaseKey:
+    """Which case was tuned, and in which study with which sampler."""
 
     kernel: str
     axes: dict[str, int]
     device: str
     study_name: str
     sampler: str
-    best_config: dict[str, Any] | None
-    best_latency_us: float | None
-    n_complete: int
-    n_failed: int
-    improved: bool
-    compile_s: float
-    check_s: float
-    measure_s: float
-    stopped_because: StopReason
+
+
+@dataclass(frozen=True)
+class BestFound:
+    """The study's best config so far, and what became of the case's record."""
+
+    config: dict[str, Any] | None = None
+    latency_us: float | None = None
+    timing_method: str | None = None
+    improved: bool = False
+    record_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialCounts:
+    """How many trials, and which: this call's and the study's."""
+
+    n_complete: int = 0
+    n_failed: int = 0
     n_rejected: int = 0
     n_cached: int = 0
     n_run_now: int = 0
-    wall_s: float = 0.0
-    compile_wait_s: float = 0.0
-    warm_started: int = 0
-    timing_method: str | None = None
-    record_id: int | None = None
-    # Latency (None for a failure) of every evaluated trial of the study, in trial order.
-    history: list[float | None] = field(default_factory=list)
     # Evaluated trials that count toward n_trials (the run tag's, or the whole study's).
     n_counted: int = 0
-    # Failure kind -> count over this call's trials, and over the whole study; the first
-    # message of each (this call's when it has failures, else the study's).
-    new_failure_kinds: dict[str, int] = field(default_factory=dict)
-    failure_kinds: dict[str, int] = field(default_factory=dict)
-    first_failure: str | None = None
+    warm_started: int = 0
+    # Latency (None for a failure) of every evaluated trial of the study, in trial order.
+    history: list[float | None] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds spent per phase over this call's trials, and the call's wall time."""
+
+    compile_s: float = 0.0
+    check_s: float = 0.0
+    measure_s: float = 0.0
+    compile_wait_s: float = 0.0
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Failures:
+    """Failure kind -> count over this call's trials (`new_kinds`) and the whole study's
+    (`kinds`); the first message of each (this call's when it has failures, else the study's)."""
+
+    new_kinds: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)
+    first: str | None = None
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What tuning one case produced; phase seconds count this call's trials only."""
+
+    key: CaseKey
+    stopped_because: StopReason
+    best: BestFound = field(default_factory=BestFound)
+    trials: TrialCounts = field(default_factory=TrialCounts)
+    times: PhaseTimes = field(default_factory=PhaseTimes)
+    failures: Failures = field(default_factory=Failures)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The flat document the CLI writes (`tune --json`) and a job's reader expects: these
+        keys in this order, whatever the grouping above."""
+        k, b, n, t, f = self.key, self.best, self.trials, self.times, self.failures
+        return copy.deepcopy({
+            "kernel": k.kernel, "axes": k.axes, "device": k.device, "study_name": k.study_name,
+            "sampler": k.sampler, "best_config": b.config, "best_latency_us": b.latency_us,
+            "n_complete": n.n_complete, "n_failed": n.n_failed, "improved": b.improved,
+            "compile_s": t.compile_s, "check_s": t.check_s, "measure_s": t.measure_s,
+            "stopped_because": self.stopped_because, "n_rejected": n.n_rejected,
+            "n_cached": n.n_cached, "n_run_now": n.n_run_now, "wall_s": t.wall_s,
+            "compile_wait_s": t.compile_wait_s, "warm_started": n.warm_started,
+            "timing_method": b.timing_method, "record_id": b.record_id, "history": n.history,
+            "n_counted": n.n_counted, "new_failure_kinds": f.new_kinds,
+            "failure_kinds": f.kinds, "first_failure": f.first,
+        })
 
     def failure_summary(self) -> str:
         """Why trials failed, for a person: kinds with counts and the first message."""
-        kinds = self.new_failure_kinds or self.failure_kinds
+        kinds = self.failures.new_kinds or self.failures.kinds
         if not kinds:
             why = {StopReason.SPACE_EXHAUSTED: "every config of the space was already tried",
                    StopReason.SAMPLER_STUCK: "the sampler only proposed rejected or known configs",
                    StopReason.N_TRIALS: "no trial was left to run"}.get(self.stopped_because,
                                                                          self.stopped_because)
             return f"no config was measured: {why}"
-        scope = "this run's" if self.new_failure_kinds else "the study's"
+        scope = "this run's" if self.failures.new_kinds else "the study's"
         n = sum(kinds.values())
         parts = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
         text = f"{n} of {scope} trials failed ({parts})"
-        return f"{text}; first: {self.first_failure}" if self.first_failure else text
+        return f"{text}; first: {self.failures.first}" if self.failures.first else text
 
 
 class TuneError(ValueError):
@@ -422,9 +471,8 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore,
                 # only when it covers the decorator's config list.
                 config_timings=loop.config_timings() if isinstance(kdef, UndeclaredKernel)
                 else None))
-            res.improved, res.record_id = improved, rec.id
-        res.wall_s = time.monotonic() - t_wall
-        return res
+            res = replace(res, best=replace(res.best, improved=improved, record_id=rec.id))
+        return replace(res, times=replace(res.times, wall_s=time.monotonic() - t_wall))
     finally:
         if fence is not None:
             fence()
@@ -829,19 +877,19 @@ class _Loop:
     def result(self, stopped: StopReason, warm: int) -> CaseResult:
         best = self.best
         return CaseResult(
-            kernel=self.kernel, axes=dict(self.axes), device=self.device,
-            study_name=self.study.study_name, sampler=self.options.sampler,
-            best_config=dict(best[1]) if best else None,
-            best_latency_us=best[0] if best else None,
-            n_complete=self.evaluated - self.failed, n_failed=self.failed, improved=False,
-            compile_s=self.phase["compile"], check_s=self.phase["check"],
-            measure_s=self.phase["measure"], compile_wait_s=self.phase["wait"],
-            stopped_because=stopped, n_rejected=self.rejected, n_cached=self.cached,
-            n_run_now=self.run_now, warm_started=warm,
-            timing_method=(best[2].get("timing") or {}).get("method") if best else None,
-            history=list(self.history), n_counted=self.counted,
-            new_failure_kinds=dict(self.new_failure_kinds), failure_kinds=dict(self.failure_kinds),
-            first_failure=self.first_new_failure or self.first_failure)
+            key=CaseKey(kernel=self.kernel, axes=dict(self.axes), device=self.device,
+                        study_name=self.study.study_name, sampler=self.options.sampler),
+            stopped_because=stopped,
+            best=BestFound(config=dict(best[1]) if best else None,
+                           latency_us=best[0] if best else None,
+                           timing_method=(best[2].get("timing") or {}).get("method") if best else None),
+            trials=TrialCounts(n_complete=self.evaluated - self.failed, n_failed=self.failed,
+                               n_rejected=self.rejected, n_cached=self.cached, n_run_now=self.run_now,
+                               n_counted=self.counted, warm_started=warm, history=list(self.history)),
+            times=PhaseTimes(compile_s=self.phase["compile"], check_s=self.phase["check"],
+                             measure_s=self.phase["measure"], compile_wait_s=self.phase["wait"]),
+            failures=Failures(new_kinds=dict(self.new_failure_kinds), kinds=dict(self.failure_kinds),
+                              first=self.first_new_failure or self.first_failure))
 
     def best_trial(self) -> BestTrial | None:
         """The study's best so far, for its record (search_space.records)."""
@@ -864,5 +912,6 @@ def _finite_or_none(d: Any) -> Any:
     return d
 
 
-__all__ = ["tune_case", "TuneOptions", "TuneHooks", "study_name", "CaseResult", "TuneError", "SAMPLERS", "StopReason", "TrialMark", "make_sampler",
+__all__ = ["tune_case", "TuneOptions", "TuneHooks", "study_name", "CaseResult", "CaseKey", "BestFound",
+           "TrialCounts", "PhaseTimes", "Failures", "TuneError", "SAMPLERS", "StopReason", "TrialMark", "make_sampler",
            "make_storage", "RetryingRDBStorage", "fail_running_trials", "warm_start_configs", "warm_start_picks", "prefetch_case"]

@@ -46,6 +46,7 @@ from kernelsearch.kernels.resolve import Found, Key, Match, Near, Resolver, Sour
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule, params_from_configs,
                                        source_hash_of)
 from kernelsearch.kernels.capture import jit_function_of
+from kernelsearch.kernels.runtime import runtime_of
 from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, UndeclaredKernel,
                                              dtype_axis, kernel_def, tensor_args, work_of,
                                              written_mismatches)
@@ -1205,7 +1206,7 @@ def autotune(configs: list[Config], key: list[str], prune_configs_by: dict | Non
 
 
 # -- the KernelDef of a decorated kernel (the one place that adapts to kernels.spec) ---------------
-@dataclass
+@dataclass(frozen=True, eq=False)
 class DecoratedKernel(KernelDef):
     """A KernelDef whose search space is a decorator's list of configs."""
 
@@ -1365,7 +1366,7 @@ def declare(tuner: Autotuner, *, name: str | None = None, launch: Callable[..., 
     def kd_launch(*inputs: Any, config: Mapping[str, Any], out: Sequence[Any] | None = None) -> tuple:
         with tuner.using(config):
             got = launch(*inputs)
-        kdef.last_compiled = getattr(tuner, "last_launch", None)
+        runtime_of(kdef).last_compiled = getattr(tuner, "last_launch", None)
         outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
         if out is not None:
             for o, g in zip(out, outs):

@@ -105,18 +105,18 @@ def _label(axes: dict[str, Any]) -> str:
 
 def summary_lines(r: Any) -> list[str]:
     """What one case's run did, in plain lines that wrap rather than truncate."""
-    new_failed = sum(r.new_failure_kinds.values())
-    kinds = "".join(f", {k} {v}" for k, v in sorted(r.new_failure_kinds.items()))
-    best = format_latency(r.best_latency_us)
-    record = "improved" if r.improved else ("kept" if r.best_config else "none")
-    lines = [f"case {_label(r.axes)}: best {best}, record {record}, stopped by {r.stopped_because}",
-             f"  new trials: {r.n_run_now} ({r.n_run_now - new_failed} ok, {new_failed} failed{kinds}); "
-             f"the study holds {r.n_complete + r.n_failed} ({r.n_failed} failed)",
-             f"  time: compile {r.compile_s:.1f} s, check {r.check_s:.1f} s, "
-             f"measure {r.measure_s:.1f} s"]
-    if r.best_config:
-        lines.append(f"  best config: {json.dumps(r.best_config, sort_keys=True)}")
-    if r.best_latency_us is None:
+    new_failed = sum(r.failures.new_kinds.values())
+    kinds = "".join(f", {k} {v}" for k, v in sorted(r.failures.new_kinds.items()))
+    best = format_latency(r.best.latency_us)
+    record = "improved" if r.best.improved else ("kept" if r.best.config else "none")
+    lines = [f"case {_label(r.key.axes)}: best {best}, record {record}, stopped by {r.stopped_because}",
+             f"  new trials: {r.trials.n_run_now} ({r.trials.n_run_now - new_failed} ok, {new_failed} failed{kinds}); "
+             f"the study holds {r.trials.n_complete + r.trials.n_failed} ({r.trials.n_failed} failed)",
+             f"  time: compile {r.times.compile_s:.1f} s, check {r.times.check_s:.1f} s, "
+             f"measure {r.times.measure_s:.1f} s"]
+    if r.best.config:
+        lines.append(f"  best config: {json.dumps(r.best.config, sort_keys=True)}")
+    if r.best.latency_us is None:
         lines.append(f"  no record: {r.failure_summary()}")
     return lines
 
@@ -201,12 +201,12 @@ def tune(
                                                     patience=patience, warm_start=not no_warm_start,
                                                     seed=seed, measure_n=measure_n or settings.measure_n,
                                                     run_tag=run_tag), hooks=TuneHooks(progress=report))
-                progress.update(task, completed=res.n_counted)
+                progress.update(task, completed=res.trials.n_counted)
                 results.append(res)
     finally:
         runner.close()
         store.close()
-    console.print(f"{kernel} on {results[0].device if results else '?'}:")
+    console.print(f"{kernel} on {results[0].key.device if results else '?'}:")
     for r in results:
         for line in summary_lines(r):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -214,10 +214,10 @@ def tune(
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps([r.as_dict() for r in results], indent=1, default=str))
         console.print(f"results written to {json_out}")
-    empty = [r for r in results if r.best_latency_us is None]
+    empty = [r for r in results if r.best.latency_us is None]
     if empty:
         for r in empty:
-            typer.echo(f"error: {kernel} {_label(r.axes)}: no record: {r.failure_summary()}",
+            typer.echo(f"error: {kernel} {_label(r.key.axes)}: no record: {r.failure_summary()}",
                        err=True)
         raise typer.Exit(EXIT_NO_RECORD)
 

@@ -425,12 +425,12 @@ def case_summary(axes: dict[str, int], result: CaseResult) -> dict[str, Any]:
     """A job's view of one tuned case (from the tuner's CaseResult)."""
     return {
         "axes": dict(axes),
-        "best_latency_us": result.best_latency_us,
-        "best_config": result.best_config,
-        "trials_done": int(result.n_counted),
-        "n_failed": int(result.n_failed),
-        "failures": result.failure_summary() if result.best_latency_us is None else None,
+        "best_latency_us": result.best.latency_us,
+        "best_config": result.best.config,
+        "trials_done": int(result.trials.n_counted),
+        "n_failed": int(result.trials.n_failed),
+        "failures": result.failure_summary() if result.best.latency_us is None else None,
         "stopped_because": result.stopped_because,
-        "improved": bool(result.improved),
-        "timing_method": result.timing_method,
+        "improved": bool(result.best.improved),
+        "timing_method": result.best.timing_method,
     }

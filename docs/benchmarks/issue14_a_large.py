@@ -29,6 +29,7 @@ try:
     from kernelsearch.kernels.check import InputCache, check_config, rel_error
     from kernelsearch.kernels.errors import KernelSearchError, classify
     from kernelsearch.kernels.measure import copy_bandwidth, time_calls
+    from kernelsearch.kernels.runtime import runtime_of
 except ImportError as exc:  # pragma: no cover - a message instead of a traceback
     sys.exit(f"issue14_a_large: install kernelsearch first (pip install -e .): {exc}")
 
@@ -104,7 +105,7 @@ def time_configs(kdef: Any, axes: dict[str, int], configs: list[dict[str, Any]],
             kdef.launch(*inputs, config=cfg)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            row.update(kdef.compiled_stats())
+            row.update(runtime_of(kdef).compiled_stats())
             if check != "none":
                 res = check_config(kdef, axes, cfg, device=dev, seed=1, cache=cache,
                                    distributions=("benchmark", "realistic") if check == "base" else None)

@@ -1,6 +1,7 @@
 """The contract every kernel passes: declaration, validation, correctness, inputs, provider."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -300,7 +301,7 @@ def test_provider_failure_falls_back(kdef, small_axes, restore_provider):
     assert kdef.resolve_config(kdef.axes_of(*inputs), inputs[0].device) == kdef.default_config
 
 
-def test_wrong_result_is_detected(kdef, small_axes, monkeypatch):
+def test_wrong_result_is_detected(kdef, small_axes):
     """A launcher that writes a wrong value, or leaves an element unwritten, fails the check."""
     axes = small_axes[1]
     real = kdef.launch
@@ -317,13 +318,13 @@ def test_wrong_result_is_detected(kdef, small_axes, monkeypatch):
 
     plain = [d for d in kdef.domain.draws() if not d.scaled]  # the scaled ones cost minutes here
     for fake in (off_by_a_bit, unwritten):
-        monkeypatch.setattr(kdef, "launch", fake)
-        res = check_config(kdef, axes, kdef.default_config, seed=1, draws=plain)
+        wrong = dataclasses.replace(kdef, launch=fake)
+        res = check_config(wrong, axes, wrong.default_config, seed=1, draws=plain)
         assert not res.ok
         from kernelsearch.kernels.check import assert_correct
 
         with pytest.raises(WrongResult):
-            assert_correct(kdef, axes, kdef.default_config, seed=1, draws=plain)
+            assert_correct(wrong, axes, wrong.default_config, seed=1, draws=plain)
 
 
 def test_timing_interpreter_is_labelled(kdef, small_axes):

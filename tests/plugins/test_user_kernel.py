@@ -84,7 +84,7 @@ def test_tuned_stored_and_served_without_crossing_dtypes(ss_store):
         assert "ks_user_axpy" in r.kernel_modules  # the child learns the kernel from its module
         res = tune_case(ks_user_axpy.NAME, FP16, store=store, storage=url, runner=r,
                         options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
-    assert res.n_complete == 3 and res.n_failed == 0
+    assert res.trials.n_complete == 3 and res.trials.n_failed == 0
     (rec,) = store.list_records(ks_user_axpy.NAME)
     assert rec.axes == FP16 and rec.source_hash == ks_user_axpy.KERNEL.source_hash
     app = create_app(Settings(database_url=url), store=store)

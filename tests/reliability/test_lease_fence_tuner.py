@@ -128,7 +128,7 @@ def test_stale_tell_is_refused_and_the_new_holder_counts_each_trial_once(store: 
 
     b = taken[0]
     res = _tune(store, b, ScriptedRunner())
-    assert res.n_counted == 3 and res.stopped_because == "n_trials"
+    assert res.trials.n_counted == 3 and res.stopped_because == "n_trials"
     evaluated = [t for t in _trials(store, TrialState.COMPLETE) if t.user_attrs.get(A_RUN)]
     assert len(evaluated) == 3 and not _trials(store, TrialState.RUNNING)
     rows = store.trial_summaries(KERNEL, INTERPRETER_DEVICE, AXES)
@@ -151,6 +151,6 @@ def test_a_trial_failed_by_someone_else_costs_that_trial_not_the_case(store: Sto
 
     runner = ScriptedRunner(during)
     res = _tune(store, b, runner)
-    assert runner.calls == 4 and res.n_counted == 3 and res.stopped_because == "n_trials"
+    assert runner.calls == 4 and res.trials.n_counted == 3 and res.stopped_because == "n_trials"
     evaluated = [t for t in _trials(store, TrialState.COMPLETE) if t.user_attrs.get(A_RUN)]
     assert len(evaluated) == 3

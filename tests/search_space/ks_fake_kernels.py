@@ -18,7 +18,7 @@ import triton.language as tl
 from kernelsearch import kernels
 from kernelsearch.kernels.device import default_device
 from kernelsearch.kernels.errors import CompileError
-from kernelsearch.kernels.spec import Axis, KernelDef, Param
+from kernelsearch.kernels.spec import Axis, KernelDef, Param, runtime_of
 
 NAME = "ks_test_scale"
 # Seconds a compile-pool process sleeps while importing this module: a pool that is slow to
@@ -48,7 +48,7 @@ def launch(x: torch.Tensor, *, config: Mapping[str, Any], out=None):
     y = out[0] if out is not None else torch.empty_like(x)
     n = x.numel()
     bs = config["BLOCK"]
-    KERNEL.last_compiled = _scale_kernel[(triton.cdiv(n, bs),)](
+    runtime_of(KERNEL).last_compiled = _scale_kernel[(triton.cdiv(n, bs),)](
         x, y, n, BLOCK=bs, FACTOR=3.0 if mode == "wrong" else 2.0)
     return (y,)
 

@@ -18,7 +18,7 @@ import triton.language as tl
 from kernelsearch import kernels
 import ks_fake_kernels  # the same draws and reference as ks_test_scale
 from kernelsearch.kernels.device import default_device  # noqa: F401  (tests call it from here)
-from kernelsearch.kernels.spec import Axis, KernelDef, Param
+from kernelsearch.kernels.spec import Axis, KernelDef, Param, runtime_of
 
 NAME = "ks_test_probe"
 LOG_ENV = "KS_TEST_PROBE_LOG"
@@ -59,7 +59,7 @@ def launch(x: torch.Tensor, *, config: Mapping[str, Any], out=None):
     if mode != "unwritten":
         n = x.numel()
         bs = config["BLOCK"]
-        KERNEL.last_compiled = _double_kernel[(triton.cdiv(n, bs),)](x, y, n, BLOCK=bs)
+        runtime_of(KERNEL).last_compiled = _double_kernel[(triton.cdiv(n, bs),)](x, y, n, BLOCK=bs)
     if mode == "modify":
         x.add_(1.0)
     return (y,)

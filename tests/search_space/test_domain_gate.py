@@ -115,6 +115,6 @@ def test_a_config_failing_any_draw_is_never_a_record(ss_store, domain_runner):
         {"name": "FAULT", "choices": ["range", "angles", "none"]}]}, K)
     res = tune_case(K.name, AXES, store=store, storage=url, runner=domain_runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
-    assert res.n_failed == 2 and res.best_config == {"FAULT": "none"}, res
-    (rec,) = store.list_records(K.name, res.device)
+    assert res.trials.n_failed == 2 and res.best.config == {"FAULT": "none"}, res
+    (rec,) = store.list_records(K.name, res.key.device)
     assert rec.config == {"FAULT": "none"}

@@ -25,7 +25,7 @@ def test_replay_answers_from_the_grid_without_running(ss_store, runner):
                      options=TuneOptions(n_trials=space.size(), sampler="grid", seed=0, measure_n=2,
                                          name="g"))
     table = _grid_table(url, "g")
-    assert len(table) == 6 and grid.n_complete + grid.n_failed == 6
+    assert len(table) == 6 and grid.trials.n_complete + grid.trials.n_failed == 6
     tab = TableRunner(table, space, runner.device_info, runner.versions)
     rep = tune_case(FAKE, {"n": 24}, store=store, runner=tab, space=space,
                     storage=optuna.storages.InMemoryStorage(), options=TuneOptions(n_trials=6,
@@ -33,7 +33,7 @@ def test_replay_answers_from_the_grid_without_running(ss_store, runner):
                                                                                    measure_n=2, name="r",
                                                                                    write_record=False,
                                                                                    summaries=False))
-    assert rep.best_latency_us == grid.best_latency_us and rep.n_failed == 3
-    assert rep.compile_s == 0 and rep.record_id is None
-    assert trials_to_within(rep.history, grid.best_latency_us) is not None
+    assert rep.best.latency_us == grid.best.latency_us and rep.trials.n_failed == 3
+    assert rep.times.compile_s == 0 and rep.best.record_id is None
+    assert trials_to_within(rep.trials.history, grid.best.latency_us) is not None
     assert all(json.loads(k)["MODE"] in ("ok", "wrong") for k in table)

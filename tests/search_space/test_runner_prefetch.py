@@ -244,7 +244,7 @@ def test_the_next_trials_are_asked_and_prefetched_while_the_current_ones_run(ss_
     store, _ = ss_store
     r = _InstantRunner(optuna.storages.InMemoryStorage(), "ahead")
     res = _tune(store, r, 24, "ahead")
-    assert res.n_run_now == 24
+    assert res.trials.n_run_now == 24
     runs = [i for i, e in enumerate(r.events) if e[0] == "run"]
     prefetched_at = {}
     for i, e in enumerate(r.events):
@@ -265,7 +265,7 @@ def test_trials_asked_ahead_but_not_run_are_requeued_and_run_on_resume(ss_store)
     storage = optuna.storages.InMemoryStorage()
     r = _InstantRunner(storage, "stop")
     res = _tune(store, r, 20, "stop", should_stop=lambda: len(r.in_flight) >= 5)
-    assert res.stopped_because == "cancelled" and res.n_run_now == 5
+    assert res.stopped_because == "cancelled" and res.trials.n_run_now == 5
     study = optuna.load_study(study_name="stop", storage=storage)
     failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
@@ -274,7 +274,7 @@ def test_trials_asked_ahead_but_not_run_are_requeued_and_run_on_resume(ss_store)
         sorted(json.dumps(t.system_attrs["fixed_params"], sort_keys=True) for t in waiting)
     r2 = _InstantRunner(storage, "stop")
     res2 = _tune(store, r2, 5 + len(waiting), "stop", warm_start=False)
-    assert res2.n_run_now == len(waiting)
+    assert res2.trials.n_run_now == len(waiting)
     assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
 
 
@@ -301,7 +301,7 @@ def test_a_next_case_that_cannot_be_prefetched_does_not_fail_this_one(ss_store, 
     with caplog.at_level(logging.WARNING, logger="kernelsearch.search_space.tuner"):
         # The test kernel has no packaged space: the look-ahead fails, the case does not.
         res = _tune(store, r, 6, "hint", next_case=(FAKE, {"n": 8}))
-    assert res.stopped_because == "n_trials" and res.n_run_now == 6
+    assert res.stopped_because == "n_trials" and res.trials.n_run_now == 6
     assert "prefetch of the next case" in caplog.text
     assert all(json.loads(e[1]) == {"n": 60} for e in r.events)
 
@@ -310,6 +310,6 @@ def test_without_a_pool_nothing_is_asked_ahead(ss_store):
     store, _ = ss_store
     r = _InstantRunner(optuna.storages.InMemoryStorage(), "none", workers=0)
     res = _tune(store, r, 6, "none", next_case=(PROBE, {"n": 64}))
-    assert res.n_run_now == 6
+    assert res.trials.n_run_now == 6
     assert not [e for e in r.events if e[0] == "prefetch"]
     assert max(r.in_flight) == 1

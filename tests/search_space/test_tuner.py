@@ -30,7 +30,7 @@ def _evaluated(url, name):
 def _outcomes(store, res) -> list[str]:
     """Each run trial of the case as "config: failure kind (message)", for assertion messages:
     a log from the GPU host then says why a trial failed, not only that it did."""
-    rows = store.trial_summaries(FAKE, res.device, res.axes)
+    rows = store.trial_summaries(FAKE, res.key.device, res.key.axes)
     return [f"{r['config']}: {r['failure_kind'] or 'ok'}"
             + (f" ({(r['message'] or '')[:300]})" if r["failure_kind"] else "") for r in rows]
 
@@ -48,12 +48,12 @@ def test_every_sampler_tunes_and_writes_a_record(ss_store, runner, sampler):
     space = fake_space(modes=("ok",), blocks=(16, 32, 64))
     res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2))
-    assert res.n_complete == 3 and res.n_failed == 0 and res.stopped_because in (
+    assert res.trials.n_complete == 3 and res.trials.n_failed == 0 and res.stopped_because in (
         "n_trials", "space_exhausted"), _outcomes(store, res)
-    assert res.best_config["MODE"] == "ok" and res.best_latency_us > 0
-    assert res.improved and res.record_id is not None
-    (rec,) = store.list_records(FAKE, res.device)
-    assert rec.config == res.best_config and rec.latency_median_us == res.best_latency_us
+    assert res.best.config["MODE"] == "ok" and res.best.latency_us > 0
+    assert res.best.improved and res.best.record_id is not None
+    (rec,) = store.list_records(FAKE, res.key.device)
+    assert rec.config == res.best.config and rec.latency_median_us == res.best.latency_us
     if torch.cuda.is_available():
         assert rec.timing_method == "cupti"
     else:
@@ -67,9 +67,9 @@ def test_failures_are_typed_remembered_and_never_rerun(ss_store, runner):
     res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=6, sampler="random", seed=3, measure_n=2))
     # Six distinct configs, each run exactly once, however often random proposed it.
-    assert res.n_run_now == 6 and res.n_complete == 2 and res.n_failed == 4, _outcomes(store, res)
-    assert res.best_config["MODE"] == "ok"
-    rows = store.trial_summaries(FAKE, res.device, {"n": 24})
+    assert res.trials.n_run_now == 6 and res.trials.n_complete == 2 and res.trials.n_failed == 4, _outcomes(store, res)
+    assert res.best.config["MODE"] == "ok"
+    rows = store.trial_summaries(FAKE, res.key.device, {"n": 24})
     assert len(rows) == 6
     kinds = sorted(r["failure_kind"] for r in rows if r["state"] == "fail")
     assert kinds == ["compile_error", "compile_error", "wrong_result", "wrong_result"]
@@ -78,9 +78,9 @@ def test_failures_are_typed_remembered_and_never_rerun(ss_store, runner):
     # Asking for more: the space is exhausted, nothing runs again.
     again = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                       options=TuneOptions(n_trials=10, sampler="tpe", seed=4, measure_n=2))
-    assert again.n_run_now == 0 and again.stopped_because == "space_exhausted"
+    assert again.trials.n_run_now == 0 and again.stopped_because == "space_exhausted"
     # TPE saw the failures as infeasible, not as FAIL trials it cannot learn from.
-    study = optuna.load_study(study_name=res.study_name, storage=url)
+    study = optuna.load_study(study_name=res.key.study_name, storage=url)
     failed = [t for t in study.trials if t.user_attrs.get("ks_state") == "fail"]
     assert failed and all(t.state == TrialState.COMPLETE and t.constraints["ks_failure"] > 0
                           for t in failed)
@@ -93,8 +93,8 @@ def test_failed_trials_are_told_to_optuna_as_worse_than_the_measured_ones(ss_sto
     space = fake_space(modes=("ok", "compile_error", "wrong"), blocks=(16, 32))
     res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=6, sampler="grid", seed=0, measure_n=2))
-    assert res.n_complete == 2 and res.n_failed == 4, _outcomes(store, res)
-    study = optuna.load_study(study_name=study_name(FAKE, {"n": 24}, res.device), storage=url)
+    assert res.trials.n_complete == 2 and res.trials.n_failed == 4, _outcomes(store, res)
+    study = optuna.load_study(study_name=study_name(FAKE, {"n": 24}, res.key.device), storage=url)
     told = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
                   key=lambda t: t.datetime_complete)
     ok_so_far: list[float] = []
@@ -109,7 +109,7 @@ def test_failed_trials_are_told_to_optuna_as_worse_than_the_measured_ones(ss_sto
             checked += 1
     assert checked, "no failure was told after a measured config: nothing was compared"
     assert study.best_trial.user_attrs["ks_state"] == "ok"
-    assert study.best_value == res.best_latency_us
+    assert study.best_value == res.best.latency_us
 
 
 def test_a_wrong_config_is_never_a_record(ss_store, runner):
@@ -117,7 +117,7 @@ def test_a_wrong_config_is_never_a_record(ss_store, runner):
     res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner,
                     space=fake_space(modes=("wrong",)), options=TuneOptions(n_trials=2, sampler="grid",
                                                                             seed=0, measure_n=2))
-    assert res.best_config is None and res.n_failed == 2 and res.record_id is None, \
+    assert res.best.config is None and res.trials.n_failed == 2 and res.best.record_id is None, \
         _outcomes(store, res)
     assert store.list_records(FAKE) == []
 
@@ -131,10 +131,10 @@ def test_crash_and_timeout_are_failed_trials(ss_store):
         res = tune_case(FAKE, {"n": 8}, store=store, storage=url, runner=r,
                         space=fake_space(modes=("crash", "hang", "ok"), blocks=(16,)),
                         options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
-    assert res.n_failed == 2 and res.n_complete == 1, _outcomes(store, res)
-    assert res.best_config["MODE"] == "ok"
+    assert res.trials.n_failed == 2 and res.trials.n_complete == 1, _outcomes(store, res)
+    assert res.best.config["MODE"] == "ok"
     kinds = {r["config"]["MODE"]: r["failure_kind"]
-             for r in store.trial_summaries(FAKE, res.device, {"n": 8})}
+             for r in store.trial_summaries(FAKE, res.key.device, {"n": 8})}
     assert kinds == {"crash": "crash", "hang": "timeout", "ok": None}
 
 
@@ -144,12 +144,12 @@ def test_stops_on_patience_timeout_and_request(ss_store, runner):
     res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="random", seed=0, measure_n=2),
                     hooks=TuneHooks(should_stop=lambda: True))
-    assert res.stopped_because == "cancelled" and res.n_run_now == 0
+    assert res.stopped_because == "cancelled" and res.trials.n_run_now == 0
     calls = []
     res = tune_case(FAKE, {"n": 16}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="random", seed=0, measure_n=2, timeout_s=1e-6),
                     hooks=TuneHooks(progress=lambda d, n, b: calls.append((d, n, b))))
-    assert res.stopped_because == "timeout" and res.n_run_now <= 1
+    assert res.stopped_because == "timeout" and res.trials.n_run_now <= 1
     with pytest.raises(TuneError, match="sampler"):
         tune_case(FAKE, {"n": 16}, store=store, storage=url, runner=runner,
                   options=TuneOptions(n_trials=1, sampler="bogus"))
@@ -170,15 +170,15 @@ def test_warm_start_enqueues_the_nearest_cases_best(ss_store, runner):
                     options=TuneOptions(n_trials=1, sampler="random", seed=2, measure_n=2, warm_start=False))
     res = tune_case(FAKE, {"n": 64}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="tpe", seed=5, measure_n=2))
-    distinct = {json.dumps(c, sort_keys=True) for c in (near.best_config, far.best_config)}
-    evaluated = _evaluated(url, res.study_name)
+    distinct = {json.dumps(c, sort_keys=True) for c in (near.best.config, far.best.config)}
+    evaluated = _evaluated(url, res.key.study_name)
     # The kernel's default config is enqueued ahead of the neighbours when the space holds it.
     from_default = [t for t in evaluated if t.user_attrs.get("ks_warm_start_from") == "default"]
     defaults = {json.dumps(t.user_attrs["ks_config"], sort_keys=True) for t in from_default}
-    assert res.warm_started == len(distinct | defaults)
+    assert res.trials.warm_started == len(distinct | defaults)
     first = [t for t in evaluated if t.user_attrs.get("ks_warm_start_from") != "default"][0]
     assert first.user_attrs["ks_warm_start_from"] == {"n": 60}
-    assert first.user_attrs["ks_config"] == near.best_config
+    assert first.user_attrs["ks_config"] == near.best.config
 
 
 _KILLED_TUNER = """
@@ -240,7 +240,7 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
     after = _evaluated(url, name)
     keys = [json.dumps(t.user_attrs["ks_config"], sort_keys=True) for t in after]
     assert len(after) == 4 and len(set(keys)) == 4, "a trial was lost or run twice"
-    assert res.n_run_now == 4 - len(before)
+    assert res.trials.n_run_now == 4 - len(before)
     study = optuna.load_study(study_name=name, storage=url)
     assert study.trials[running.number].state == TrialState.FAIL  # the dead worker's trial
     retried = [t for t in after if t.system_attrs.get("failed_trial") == running.number]
@@ -254,10 +254,10 @@ def test_tune_and_resume_on_each_database(store, db_url, runner):
                       options=TuneOptions(n_trials=2, sampler="tpe", seed=0, measure_n=2))
     second = tune_case(FAKE, {"n": 16}, store=store, storage=db_url, runner=runner, space=space,
                        options=TuneOptions(n_trials=4, sampler="tpe", seed=0, measure_n=2))
-    assert first.n_run_now == 2 and second.n_run_now == 2
-    assert second.n_complete + second.n_failed == 4 and second.n_complete == 2, \
+    assert first.trials.n_run_now == 2 and second.trials.n_run_now == 2
+    assert second.trials.n_complete + second.trials.n_failed == 4 and second.trials.n_complete == 2, \
         _outcomes(store, second)
-    assert len(store.trial_summaries(FAKE, second.device, {"n": 16})) == 4
+    assert len(store.trial_summaries(FAKE, second.key.device, {"n": 16})) == 4
 
 
 def test_seeds_are_enqueued_after_the_default(ss_store, runner):
@@ -271,11 +271,11 @@ def test_seeds_are_enqueued_after_the_default(ss_store, runner):
     }, ks_fake_kernels.KERNEL)
     res = tune_case(FAKE, {"n": 40}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler="tpe", seed=3, measure_n=2))
-    evaluated = sorted(_evaluated(url, res.study_name), key=lambda t: t.number)
+    evaluated = sorted(_evaluated(url, res.key.study_name), key=lambda t: t.number)
     froms = [t.user_attrs.get("ks_warm_start_from") for t in evaluated]
     assert froms == ["default", "seed: wide", "seed: seed #1"]
     assert [t.user_attrs["ks_config"]["BLOCK"] for t in evaluated] == [32, 64, 16]
-    assert res.warm_started == 3
+    assert res.trials.warm_started == 3
 
 
 def test_a_seed_outside_the_space_is_refused_at_load():
@@ -307,23 +307,23 @@ def test_a_run_tag_adds_trials_and_failures_are_reported(ss_store, runner):
                       space=fake_space(
                           modes=("wrong", "compile_error"), blocks=(16, 32)),
                       options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, warm_start=False))
-    assert first.best_config is None and first.n_failed == 4
-    assert first.new_failure_kinds == {"wrong_result": 2, "compile_error": 2}
+    assert first.best.config is None and first.trials.n_failed == 4
+    assert first.failures.new_kinds == {"wrong_result": 2, "compile_error": 2}
     assert "4 of this run's trials failed" in first.failure_summary()
-    assert first.first_failure and first.first_failure in first.failure_summary()
+    assert first.failures.first and first.failures.first in first.failure_summary()
     untagged = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                          options=TuneOptions(n_trials=2, sampler="random", seed=1, measure_n=2))
-    assert untagged.n_run_now == 0 and untagged.stopped_because == "n_trials"
-    assert untagged.failure_kinds == {"wrong_result": 2, "compile_error": 2}
+    assert untagged.trials.n_run_now == 0 and untagged.stopped_because == "n_trials"
+    assert untagged.failures.kinds == {"wrong_result": 2, "compile_error": 2}
     assert "of the study's trials failed" in untagged.failure_summary()
     added = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                       options=TuneOptions(n_trials=2, sampler="random", seed=1, measure_n=2, run_tag="run-a"))
-    assert added.n_run_now == 2 and added.n_counted == 2
-    assert added.n_complete + added.n_failed == 6
+    assert added.trials.n_run_now == 2 and added.trials.n_counted == 2
+    assert added.trials.n_complete + added.trials.n_failed == 6
     resumed = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                         options=TuneOptions(n_trials=3, sampler="random", seed=1, measure_n=2,
                                             run_tag="run-a"))
-    assert resumed.n_run_now == 1 and resumed.n_counted == 3
+    assert resumed.trials.n_run_now == 1 and resumed.trials.n_counted == 3
 
 
 def test_measure_n_defaults_to_the_devices_repeats(ss_store, runner):
@@ -334,7 +334,7 @@ def test_measure_n_defaults_to_the_devices_repeats(ss_store, runner):
                     space=fake_space(modes=("ok",), blocks=(16,)), options=TuneOptions(n_trials=1,
                                                                                        sampler="random",
                                                                                        seed=0))
-    (trial,) = _evaluated(url, res.study_name)
+    (trial,) = _evaluated(url, res.key.study_name)
     assert trial.user_attrs["ks_outcome"]["timing"]["n"] == default_repeats(not runner.on_gpu)
     assert default_repeats(interpreter=True) < default_repeats(interpreter=False)
 
@@ -360,15 +360,15 @@ def test_cancel_stops_the_case_and_the_trial_is_run_again_later(ss_store):
                             hooks=TuneHooks(cancel=flag.is_set))
         finally:
             timer.cancel()
-        assert res.stopped_because == "cancelled" and res.n_failed == 0 and res.n_counted == 0
-        study = optuna.load_study(study_name=res.study_name, storage=url)
+        assert res.stopped_because == "cancelled" and res.trials.n_failed == 0 and res.trials.n_counted == 0
+        study = optuna.load_study(study_name=res.key.study_name, storage=url)
         assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.WAITING]
         r2 = TrialRunner(trial_timeout_s=2.0, kernel_modules=["ks_fake_kernels"],
                          compile_workers=TEST_COMPILE_WORKERS)
     with r2:
         again = tune_case(FAKE, {"n": 8}, store=store, storage=url, runner=r2, space=space,
                           options=TuneOptions(n_trials=1, sampler="grid", seed=0, measure_n=2))
-    assert again.n_run_now == 1 and again.new_failure_kinds == {"timeout": 1}
+    assert again.trials.n_run_now == 1 and again.failures.new_kinds == {"timeout": 1}
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "grid"])
@@ -379,9 +379,9 @@ def test_study_params_are_the_config_fields_and_the_metric_is_named(ss_store, ru
     space = fake_space(modes=("ok",), blocks=(16, 32, 64))
     res = tune_case(FAKE, {"n": 24}, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2))
-    study = optuna.load_study(study_name=res.study_name, storage=url)
+    study = optuna.load_study(study_name=res.key.study_name, storage=url)
     assert study.metric_names == ["latency_us"]
-    trials = _evaluated(url, res.study_name)
+    trials = _evaluated(url, res.key.study_name)
     assert len(trials) == 3
     for t in trials:
         assert set(t.params) == {"MODE", "BLOCK"}
@@ -417,8 +417,8 @@ def test_a_study_of_the_old_param_layout_resumes(ss_store, runner, sampler):
     res = tune_case(FAKE, axes, store=store, storage=url, runner=runner, space=space,
                     options=TuneOptions(n_trials=3, sampler=sampler, seed=0, measure_n=2,
                                         warm_start=False))
-    assert res.study_name == name and res.n_complete == 3 and res.n_run_now == 2
+    assert res.key.study_name == name and res.trials.n_complete == 3 and res.trials.n_run_now == 2
     if sampler == "grid":
-        assert res.n_cached == 0
+        assert res.trials.n_cached == 0
     ran = [t.params["BLOCK"] for t in _evaluated(url, name) if "BLOCK" in t.params]
     assert len(ran) == 2 and 16 not in ran or sampler == "tpe"

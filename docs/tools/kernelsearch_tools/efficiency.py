@@ -151,8 +151,8 @@ def run_search(kernels: Sequence[str], cases: Sequence[int], store: TuningStore,
                                                 name=name, timeout_s=clock.left(), warm_start=False))
             tables[_label(axes)] = _grid_table(url, name)
             kout["cases"][_label(axes)] = {"axes": axes, "grid": _grid_summary(res)}
-            log(f"grid {kname} {_label(axes)}: best {res.best_latency_us} us over "
-                f"{res.n_complete}+{res.n_failed} trials in {res.wall_s:.0f} s")
+            log(f"grid {kname} {_label(axes)}: best {res.best.latency_us} us over "
+                f"{res.trials.n_complete}+{res.trials.n_failed} trials in {res.times.wall_s:.0f} s")
         replay(kname, space, kout, tables, axes_list, store, url, runner.device_info,
                runner.versions or {}, clock, seeds=seeds, measure_n=measure_n,
                replay_fraction=replay_fraction, tag=tag, log=log,
@@ -161,9 +161,9 @@ def run_search(kernels: Sequence[str], cases: Sequence[int], store: TuningStore,
 
 
 def _grid_summary(res: Any) -> dict[str, Any]:
-    return {"best_us": res.best_latency_us, "best_config": res.best_config,
-            "n_complete": res.n_complete, "n_failed": res.n_failed, "wall_s": res.wall_s,
-            "stopped": res.stopped_because, "history": res.history}
+    return {"best_us": res.best.latency_us, "best_config": res.best.config,
+            "n_complete": res.trials.n_complete, "n_failed": res.trials.n_failed, "wall_s": res.times.wall_s,
+            "stopped": res.stopped_because, "history": res.trials.history}
 
 
 def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping[str, Mapping],
@@ -198,8 +198,8 @@ def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping
                                                   name=f"eff{tag}/{variant}/{seed}/{kname}/{lab}",
                                                   warm_start=warm, write_record=False, timeout_s=clock.left(),
                                                   summaries=False))
-                runs.append({"seed": seed, "history": r.history, "warm_started": r.warm_started,
-                             "trials_to_within": trials_to_within(r.history, target)})
+                runs.append({"seed": seed, "history": r.trials.history, "warm_started": r.trials.warm_started,
+                             "trials_to_within": trials_to_within(r.trials.history, target)})
             case[variant] = _summarise(runs, n_grid)
             log(f"{variant} {kname} {lab}: trials to within 3%: "
                 f"{[x['trials_to_within'] for x in runs]} (grid {n_grid})")
@@ -209,9 +209,9 @@ def replay(kname: str, space: SearchSpace, kout: dict[str, Any], tables: Mapping
                                               measure_n=measure_n,
                                               name=f"eff{tag}/live_tpe_warm/{kname}/{lab}",
                                               write_record=False, timeout_s=clock.left()))
-            case["live_tpe_warm"] = {"history": r.history, "best_us": r.best_latency_us,
-                                     "trials_to_within": trials_to_within(r.history, target),
-                                     "wall_s": r.wall_s}
+            case["live_tpe_warm"] = {"history": r.trials.history, "best_us": r.best.latency_us,
+                                     "trials_to_within": trials_to_within(r.trials.history, target),
+                                     "wall_s": r.times.wall_s}
 
 
 # -- the grid read from a kernelsearch_tools.explore table -----------------------------------------------
@@ -376,12 +376,12 @@ def run_table_search(doc: Mapping[str, Any], kernels: Sequence[str], cases: Sequ
                 continue
             best_key = min(ok, key=lambda k: table[k]["timing"]["median_us"])
             best_us = float(table[best_key]["timing"]["median_us"])
-            if res.best_latency_us != best_us or res.n_complete + res.n_failed != n_grid:
-                raise RuntimeError(f"{kname} case {num}: the grid replay found {res.best_latency_us} "
-                                   f"us over {res.n_complete + res.n_failed} trials, the table "
+            if res.best.latency_us != best_us or res.trials.n_complete + res.trials.n_failed != n_grid:
+                raise RuntimeError(f"{kname} case {num}: the grid replay found {res.best.latency_us} "
+                                   f"us over {res.trials.n_complete + res.trials.n_failed} trials, the table "
                                    f"{best_us} us over {n_grid}")
             store.upsert_best(_table_record(kname, axes, full[best_key]["_row"], doc=doc, kdoc=kdoc,
-                                            n_grid=n_grid, n_failed=res.n_failed, study=name))
+                                            n_grid=n_grid, n_failed=res.trials.n_failed, study=name))
             if num not in chosen:
                 continue
             timed = [(float(o["timing"]["median_us"]), k) for k, o in full.items() if o["ok"]]
@@ -426,17 +426,17 @@ def run_throughput(kernels: Sequence[str], store: TuningStore, url: str, runner:
                                           warm_start=True, name=f"eff{tag}/throughput/{kname}/{_label(axes)}",
                                           timeout_s=max(1.0, share),
                                           next_case=todo[i + 1] if i + 1 < len(todo) else None))
-        phases["compile"] += r.compile_s
-        phases["check"] += r.check_s
-        phases["measure"] += r.measure_s
-        phases["compile_wait"] += r.compile_wait_s
-        rows.append({"kernel": kname, "axes": axes, "best_us": r.best_latency_us,
-                     "best_config": r.best_config, "n_complete": r.n_complete,
-                     "n_failed": r.n_failed, "warm_started": r.warm_started, "wall_s": r.wall_s,
-                     "stopped": r.stopped_because, "compile_s": r.compile_s, "check_s": r.check_s,
-                     "measure_s": r.measure_s, "compile_wait_s": r.compile_wait_s})
-        log(f"[{i + 1}/{len(todo)}] {kname} {_label(axes)}: {r.best_latency_us} us, "
-            f"{r.n_complete}+{r.n_failed} trials, {r.wall_s:.1f} s")
+        phases["compile"] += r.times.compile_s
+        phases["check"] += r.times.check_s
+        phases["measure"] += r.times.measure_s
+        phases["compile_wait"] += r.times.compile_wait_s
+        rows.append({"kernel": kname, "axes": axes, "best_us": r.best.latency_us,
+                     "best_config": r.best.config, "n_complete": r.trials.n_complete,
+                     "n_failed": r.trials.n_failed, "warm_started": r.trials.warm_started, "wall_s": r.times.wall_s,
+                     "stopped": r.stopped_because, "compile_s": r.times.compile_s, "check_s": r.times.check_s,
+                     "measure_s": r.times.measure_s, "compile_wait_s": r.times.compile_wait_s})
+        log(f"[{i + 1}/{len(todo)}] {kname} {_label(axes)}: {r.best.latency_us} us, "
+            f"{r.trials.n_complete}+{r.trials.n_failed} trials, {r.times.wall_s:.1f} s")
     wall = time.monotonic() - t0
     return {"n_cases": len(rows), "n_cases_planned": len(todo), "wall_s": wall,
             "phase_s": phases, "other_s": wall - sum(phases.values()), "cases": rows,

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from kernelsearch.kernels.runtime import runtime_of
 from kernelsearch.kernels.spec import config_key
 from kernelsearch.search_space.runner import compile_config
 
@@ -114,7 +115,7 @@ def sweep_case(k, axes: dict[str, int], cfgs: list[dict[str, Any]], n: int) -> l
                 errs[dist] = max(rel_error(o, r) for o, r in zip(outs, refs))
             row["errors"] = errs
             row["ok"] = all(not math.isnan(e) and e <= k.rtol for e in errs.values())
-            row.update(k.compiled_stats())
+            row.update(runtime_of(k).compiled_stats())
         except Exception as exc:
             row["ok"] = False
             row["failure"] = f"{type(exc).__name__}: {str(exc)[:200]}"

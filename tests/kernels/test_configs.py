@@ -1,16 +1,12 @@
 """A config's one canonical form: records, triton.Config and declarations agree on identity."""
 from __future__ import annotations
 
-import os
+import torch
+import triton
+import triton.language as tl
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-import kernelsearch  # noqa: E402
-from kernelsearch.kernels.configs import (canonical, canonical_key, from_triton_config,  # noqa: E402
+import kernelsearch
+from kernelsearch.kernels.configs import (canonical, canonical_key, from_triton_config,
                                           to_triton_config)
 
 

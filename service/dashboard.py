@@ -283,7 +283,10 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
     j["best_us"] = min(found) if found else None
     j["can_cancel"] = j.get("status") in ACTIVE_STATUSES
     j["url"] = f"/jobs/{j['id']}"
-    j["kernel_url"] = kernel_url(str(j.get("kernel") or ""))
+    name = str(j.get("kernel") or "")
+    # A Helion job's kernel has entries, not records: its link is its /helion page.
+    j["kernel_url"] = (f"/helion?{urlencode({'kernel': name})}" if name.startswith("helion:")
+                       else kernel_url(name))
     return j
 
 

@@ -231,3 +231,38 @@ def test_a_helion_job_submit_is_checked(server: LiveServer, sqlite_store: Store,
     anon = httpx.post(f"{server.url}/v1/helion/jobs", json={"key": key, "capture": cap})
     assert anon.status_code == 401
     assert len(sqlite_store.list_jobs()) == 1
+
+
+def test_a_worker_that_lost_its_lease_stores_nothing(server: LiveServer, sqlite_store: Store,
+                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Another worker claims the job while this one tunes (its lease lapsed): the entry this one
+    tuned is not written, and the job is left to the new holder."""
+    from kernelsearch.service import helion_jobs
+
+    cap = _queued_capture(server, sqlite_store, monkeypatch, tmp_path)
+    with Client(server.url, token=TOKEN) as c:
+        job_id = c.helion_queue(cap["key"], cap)["id"]
+    real = helion_jobs.tune
+
+    def tune_then_lose_the_lease(job: Any, owner: str) -> Any:
+        tuned = real(job, owner)
+        assert sqlite_store.claim_job("other-worker", 1e-6) is not None
+        return tuned
+
+    monkeypatch.setattr(helion_jobs, "tune", tune_then_lose_the_lease)
+    assert worker(sqlite_store).run_one()
+    job = sqlite_store.get_job(job_id)
+    assert job is not None and job.status == JobStatus.RUNNING and job.owner == "other-worker"
+    assert sqlite_store.get_helion_entry(cap["key"]) is None
+
+
+def test_a_worker_without_helion_fails_the_job(server: LiveServer, sqlite_store: Store,
+                                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cap = _queued_capture(server, sqlite_store, monkeypatch, tmp_path)
+    with Client(server.url, token=TOKEN) as c:
+        job_id = c.helion_queue(cap["key"], cap)["id"]
+    monkeypatch.setitem(sys.modules, "helion.autotuner.local_cache", None)  # import fails as uninstalled
+    assert worker(sqlite_store).run_one()
+    job = sqlite_store.get_job(job_id)
+    assert job is not None and job.status == JobStatus.FAILED and job.error is not None
+    assert "Helion is not installed on worker helion-worker" in job.error

@@ -10,6 +10,9 @@ keeps its connection and the service's down state per process. It runs inside th
 program: each call is bounded by KS_HELION_TIMEOUT_S, a failed service is left alone for
 KS_AUTOTUNE_RETRY_S, and any fault is a miss (`get` None, `list` empty, `put` dropped), never an
 error or a wait past the bound. Entries are shown on the dashboard's /helion page.
+
+KS_HELION_ON_MISS=default (with a service): a miss queues a worker's tuning of the call
+(service/helion_jobs.py) and answers Helion's default config, so no user process tunes.
 """
 from __future__ import annotations
 

@@ -125,6 +125,9 @@ def test_a_miss_runs_the_default_config_and_a_worker_tunes_it_for_later_processe
     assert tuned in [json.loads(c.to_json()) for c in hk.CONFIGS]
     assert done.best == {"helion_key": key, "config": tuned}
     assert json.loads(entry["data"])["key"]["fields"]["hardware"] == "cpu"  # Helion's own entry text
+    page = httpx.get(f"{server.url}/jobs/{job.id}")
+    assert page.status_code == 200 and "helion:helion_job_kernel.add" in page.text
+    assert 'href="/helion?kernel=helion%3Ahelion_job_kernel.add"' in page.text and "/case?" not in page.text
 
     # A later process on the same host (its local cache holds the default) is served the tuned one.
     later = run_user(server, tmp_path / "host1")

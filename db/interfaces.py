@@ -188,10 +188,11 @@ class TuningStore(RecordRepository, TrialLog, DeviceRegistry, StudyClaims, Proto
 
 
 @runtime_checkable
-class WorkerStore(TuningStore, JobQueue, Health, Protocol):
-    """What a worker needs: the queue, and what the tuner writes."""
+class WorkerStore(TuningStore, JobQueue, Health, HelionEntries, Protocol):
+    """What a worker needs: the queue, what the tuner writes, and Helion's entries (a Helion job
+    stores one)."""
 
 
 @runtime_checkable
-class ServiceStore(WorkerStore, RecordTransfer, KernelDefinitions, HelionEntries, Protocol):
+class ServiceStore(WorkerStore, RecordTransfer, KernelDefinitions, Protocol):
     """Everything the API serves: all of the above."""

@@ -115,13 +115,7 @@ class Capture:
             raise CaptureError("capture: expected an object")
         if doc.get("version") != CAPTURE_VERSION:
             raise CaptureError(f"capture.version: expected {CAPTURE_VERSION}, got {doc.get('version')!r}")
-        raw_args = doc.get("args")
-        if not isinstance(raw_args, list) or not 0 < len(raw_args) <= MAX_ARGS:
-            raise CaptureError(f"capture.args: expected a list of 1 to {MAX_ARGS} arguments")
-        args = tuple(_arg_from_json(a, f"capture.args[{i}]") for i, a in enumerate(raw_args))
-        names = [a.name for a in args]
-        if len(set(names)) != len(names):
-            raise CaptureError("capture.args: an argument is named twice")
+        args = args_from_json(doc.get("args"))
         grids = doc.get("grids")
         if not isinstance(grids, list) or not grids:
             raise CaptureError("capture.grids: expected one grid per config")
@@ -215,18 +209,7 @@ def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
     launch keywords (meta-parameters and options, as `triton.Config.all_kwargs()`), `grid` the
     launch grid (a tuple, or a callable of the launch's keywords). CaptureError says what cannot
     travel."""
-    args = []
-    for name, v in named.items():
-        if v is None:
-            args.append(ArgCapture(name, "none"))
-        elif isinstance(v, torch.Tensor):
-            args.append(_tensor_capture(name, v))
-        elif isinstance(v, (bool, int, float, str)):
-            if isinstance(v, float) and not math.isfinite(v):
-                raise CaptureError(f"{name}: a non-finite float does not travel as JSON")
-            args.append(ArgCapture(name, "constexpr" if name in constexprs else "scalar", value=v))
-        else:
-            raise CaptureError(f"{name}: a {type(v).__name__} argument cannot be captured")
+    args = capture_args(named, constexprs)
     grids = []
     for i, c in enumerate(configs):
         g = grid({**named, **c}) if callable(grid) else grid
@@ -244,6 +227,35 @@ def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
         if len(json.dumps(cap.as_json())) > MAX_CAPTURE_BYTES:
             raise CaptureError(f"capture: more than {MAX_CAPTURE_BYTES} bytes")
     return cap
+
+
+def capture_args(named: Mapping[str, Any], constexprs: Sequence[str] = ()) -> tuple[ArgCapture, ...]:
+    """Each argument of a call as data (a tensor's shape, strides, dtype and small integer
+    contents; a scalar or constexpr; None); CaptureError names one that cannot travel."""
+    args = []
+    for name, v in named.items():
+        if v is None:
+            args.append(ArgCapture(name, "none"))
+        elif isinstance(v, torch.Tensor):
+            args.append(_tensor_capture(name, v))
+        elif isinstance(v, (bool, int, float, str)):
+            if isinstance(v, float) and not math.isfinite(v):
+                raise CaptureError(f"{name}: a non-finite float does not travel as JSON")
+            args.append(ArgCapture(name, "constexpr" if name in constexprs else "scalar", value=v))
+        else:
+            raise CaptureError(f"{name}: a {type(v).__name__} argument cannot be captured")
+    return tuple(args)
+
+
+def args_from_json(raw: Any, where: str = "capture.args") -> tuple[ArgCapture, ...]:
+    """Parse and check a list of captured arguments; CaptureError names the first bad field."""
+    if not isinstance(raw, list) or not 0 < len(raw) <= MAX_ARGS:
+        raise CaptureError(f"{where}: expected a list of 1 to {MAX_ARGS} arguments")
+    args = tuple(_arg_from_json(a, f"{where}[{i}]") for i, a in enumerate(raw))
+    names = [a.name for a in args]
+    if len(set(names)) != len(names):
+        raise CaptureError(f"{where}: an argument is named twice")
+    return args
 
 
 def _tensor_capture(name: str, t: torch.Tensor) -> ArgCapture:
@@ -478,5 +490,6 @@ def kernel_from_spec(spec: Mapping[str, Any]) -> CapturedKernel:
 
 
 __all__ = ["ArgCapture", "Capture", "CaptureError", "CapturedKernel", "KernelModuleUnavailable",
-           "MAX_CAPTURE_BYTES", "MAX_CONTENTS", "capture_call", "captured_kernel",
+           "MAX_CAPTURE_BYTES", "MAX_CONTENTS", "args_from_json", "capture_args", "capture_call",
+           "captured_kernel",
            "import_tuner", "jit_function_of", "kernel_from_spec", "rebuild"]

@@ -173,6 +173,11 @@ class Client:
         params.update({k: v for k, v in (("kernel", kernel), ("hardware", hardware)) if v is not None})
         return self._request("GET", "/v1/helion/entries", params=params)
 
+    def helion_queue(self, key: str, capture: Mapping[str, Any]) -> dict[str, Any]:
+        """Queue a worker's tuning of a Helion cache miss (writer token); the key's job already
+        queued or running answers instead (`existing`)."""
+        return self._request("POST", "/v1/helion/jobs", json={"key": key, "capture": dict(capture)})
+
     # -- jobs ---------------------------------------------------------------------------------
     def submit_job(self, kernel: str, cases: Sequence[Mapping[str, int]] | Literal["all"],
                    n_trials: int, sampler: str | None = None,

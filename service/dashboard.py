@@ -283,7 +283,10 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
     j["best_us"] = min(found) if found else None
     j["can_cancel"] = j.get("status") in ACTIVE_STATUSES
     j["url"] = f"/jobs/{j['id']}"
-    j["kernel_url"] = kernel_url(str(j.get("kernel") or ""))
+    name = str(j.get("kernel") or "")
+    # A Helion job's kernel has entries, not records: its link is its /helion page.
+    j["kernel_url"] = (f"/helion?{urlencode({'kernel': name})}" if name.startswith("helion:")
+                       else kernel_url(name))
     return j
 
 
@@ -363,8 +366,9 @@ def render_job(store: ServiceStore, settings: Settings, job_id: int) -> str:
         t["case_label"] = _axes_label(t["axes"])
         t["case_url"] = case_url(t["kernel"], t["device"], t["axes"], job=job_id) + "#trials"
     failed = [t for t in trials if t["failed"]]
+    has_cases = j.get("device") and not str(j["kernel"]).startswith("helion:")  # Helion's: entries
     cases = [{"label": _axes_label(c),
-              "url": case_url(j["kernel"], j["device"], c, job=job_id) + "#trials" if j.get("device") else None}
+              "url": case_url(j["kernel"], j["device"], c, job=job_id) + "#trials" if has_cases else None}
              for c in j.get("cases") or []]
     return _env.get_template("job.html").render(
         job=j, trials=trials, failed=failed, cases=cases, cancel=_cancel_enabled(settings))

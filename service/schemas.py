@@ -216,6 +216,17 @@ class HelionEntryIn(BaseModel):
                                  "while it tuned (false: refused); null: not reported")
 
 
+class HelionJobIn(BaseModel):
+    """A Helion cache miss to tune on a worker (`kernelsearch.helion`, KS_HELION_ON_MISS=default):
+    Helion's cache key and the call's capture (service/helion_jobs.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str = Field(pattern="^[0-9a-f]{64}$", description="Helion's cache key (sha256 of its key, hex)")
+    capture: dict[str, Any] = Field(description="the call: the kernel's module and qualified name, "
+                                    "its arguments, Helion's settings and key fields (kind: helion)")
+
+
 class HelionEntryOut(BaseModel):
     """A stored Helion entry: `data` is exactly the text that was stored under `key`."""
 

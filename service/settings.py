@@ -50,6 +50,10 @@ class ClientSettings(BaseSettings):
     autotune_prepare: bool = Field(True, description="a declaration prepares the lookups in the background")
     helion_timeout_s: float = Field(2.0, gt=0, le=60, description="kernelsearch.helion: Helion's cache "
                                     "read, write or list waits this long at most (a miss costs minutes of tuning)")
+    helion_on_miss: Literal["tune", "default"] = Field(
+        "tune", description="kernelsearch.helion, a key the service has no entry for: Helion tunes "
+        "here (tune), or runs its default config at once while a worker tunes the call's capture "
+        "(default; needs KS_SERVICE_URL)")
 
 
 def client_settings() -> ClientSettings:

@@ -31,6 +31,7 @@ from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
 from kernelsearch.search_space.states import CUT_SHORT
 
+from .helion_jobs import is_helion_capture
 from .metrics import Metrics
 from .settings import Settings
 
@@ -275,6 +276,8 @@ class Worker:
             return (self.stop_event.is_set() or lease.lost.is_set()
                     or (deadline is not None and time.monotonic() >= deadline))
 
+        if is_helion_capture(job.capture):
+            return self._run_helion_job(job, held)
         if job.capture is not None:
             failed = self._captured_kernel(job)
             if failed is not None:
@@ -358,6 +361,44 @@ class Worker:
         if not any(r.get("best_latency_us") is not None for r in results):
             why = "; ".join(f"case {r['axes']}: {r['failures']}" for r in results if r.get("failures"))
             return JobStatus.FAILED, f"no valid config found: {why or 'every trial failed'}"
+        return JobStatus.SUCCEEDED, None
+
+    def _run_helion_job(self, job: Any, held: Lease) -> tuple[JobStatus, str | None]:
+        """Tune a Helion cache miss's captured call with Helion's own search and store the entry
+        under the job's key, through the gate a put passes, fenced by the job's lease. A worker
+        that cannot import the kernel's module hands the job back as for a captured Triton call."""
+        from kernelsearch.kernels.capture import KernelModuleUnavailable
+        from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
+
+        from .helion_jobs import HelionJobError, parse_job, tune
+
+        try:
+            hjob = parse_job(job.capture)
+        except ValueError as exc:
+            return JobStatus.FAILED, f"capture: {exc}"
+        self.store.update_job_progress(held, trials_done=0, current_case={"index": 0, "axes": job.cases[0]})
+        try:
+            tuned = tune(hjob, self.owner)
+        except KernelModuleUnavailable as exc:
+            if job.attempts < self.settings.capture_import_tries:
+                raise _LeaveJob(str(exc)) from None
+            return JobStatus.FAILED, f"{exc} (claim {job.attempts} of {self.settings.capture_import_tries})"
+        except HelionJobError as exc:
+            return JobStatus.FAILED, str(exc)
+        except Exception as exc:  # noqa: BLE001 - Helion's search failing fails the job, not the worker
+            log.exception("job %s: Helion's autotune failed", job.id)
+            return JobStatus.FAILED, f"Helion's autotune failed: {type(exc).__name__}: {exc}"
+        try:
+            entry = accepted_helion(tuned.key, tuned.data, kernel=hjob.kernel, arg_names=hjob.arg_names,
+                                    checked=tuned.checked, by=f"worker {self.owner}"[:200],
+                                    host=socket.gethostname())
+        except RecordRejected as exc:
+            return JobStatus.FAILED, f"the tuned entry was refused by the gate: {exc}"
+        self.store.under_lease(held).put_helion_entry(entry)
+        self.store.update_job_progress(held, trials_done=1, device=tuned.hardware,
+                                       best={"helion_key": tuned.key, "config": tuned.config})
+        if self.on_records_changed is not None:
+            self.on_records_changed()
         return JobStatus.SUCCEEDED, None
 
     def _captured_kernel(self, job: Any) -> str | None:

@@ -10,11 +10,15 @@ keeps its connection and the service's down state per process. It runs inside th
 program: each call is bounded by KS_HELION_TIMEOUT_S, a failed service is left alone for
 KS_AUTOTUNE_RETRY_S, and any fault is a miss (`get` None, `list` empty, `put` dropped), never an
 error or a wait past the bound. Entries are shown on the dashboard's /helion page.
+
+KS_HELION_ON_MISS=default (with a service): a miss queues a worker's tuning of the call
+(service/helion_jobs.py) and answers Helion's default config, so no user process tunes.
 """
 from __future__ import annotations
 
 import atexit
 import inspect
+import json
 import logging
 import os
 import socket
@@ -181,18 +185,107 @@ def _kernel_facts(cache: Any) -> tuple[str | None, list[str] | None, bool | None
         return None, None, None
 
 
+_warned_local = False
+
+
+def _miss_job(key: str) -> tuple[dict[str, Any], str] | None:
+    """Under KS_HELION_ON_MISS=default: the capture of the calling cache's call and the entry
+    text of Helion's default config for it, made in the caller's thread (Helion's frames are
+    there); None when a miss is to tune as Helion does (the setting, no service to queue on, a
+    worker's own tuning, a call that cannot be captured)."""
+    global _warned_local
+    try:
+        from kernelsearch.service.helion_jobs import tuning_here
+        from kernelsearch.service.settings import ClientSettings
+
+        st = ClientSettings()
+        if st.helion_on_miss != "default" or tuning_here():
+            return None
+        if not st.service_url:
+            if not _warned_local:
+                _warned_local = True
+                log.warning("kernelsearch.helion: KS_HELION_ON_MISS=default needs a service "
+                            "(KS_SERVICE_URL) whose workers tune; with the local store only, a miss "
+                            "tunes here")
+            return None
+        from helion.autotuner.base_cache import AutotuneCacheBase
+
+        cache = _caller(AutotuneCacheBase)
+        if cache is None or getattr(cache, "key", None) is None or cache.key.stable_hash() != key:
+            return None
+        return _job_capture(cache, key), _default_entry(cache)
+    except Exception as exc:  # noqa: BLE001 - a miss that cannot be queued tunes as before
+        log.warning("kernelsearch.helion: this miss is tuned here, not queued (%s: %s)",
+                    type(exc).__name__, exc)
+        return None
+
+
+def _key_doc(cache: Any) -> dict[str, Any]:
+    """Helion's key as its local cache writes it in an entry."""
+    return {"type": type(cache.key).__name__, "fields": {k: str(v) for k, v in vars(cache.key).items()}}
+
+
+def _job_capture(cache: Any, key: str) -> dict[str, Any]:
+    """The job's capture of a cache's call (service/helion_jobs.py reads it)."""
+    import torch
+
+    from kernelsearch.kernels.capture import capture_args
+    from kernelsearch.service.helion_jobs import KIND, SETTINGS, VERSION
+
+    name, _, checked = _kernel_facts(cache)
+    fn = cache.kernel.kernel.fn
+    if name is None:
+        raise ValueError("the kernel's module and name are not visible")
+    params = list(inspect.signature(fn).parameters)
+    args = capture_args(dict(zip(params, cache.args)))
+    devices = [a.device.type for a in cache.args if isinstance(a, torch.Tensor)]
+    if not devices:
+        raise ValueError("the call has no tensor argument to take its device from")
+    settings = {}
+    for s in SETTINGS:
+        v = getattr(cache.autotuner.settings, s, None)
+        try:
+            if json.loads(json.dumps(v)) == v:
+                settings[s] = v
+        except (TypeError, ValueError):
+            continue
+    return {"kind": KIND, "version": VERSION, "key": key,
+            "module": name[: -len(fn.__qualname__) - 1], "qualname": fn.__qualname__,
+            "args": [a.as_json() for a in args], "device": devices[0], "settings": settings,
+            "key_type": type(cache.key).__name__, "key_fields": _key_doc(cache)["fields"],
+            "checked": checked}
+
+
+def _default_entry(cache: Any) -> str:
+    """An entry text holding Helion's default config for the bound kernel, in the shape Helion's
+    local cache writes (RemoteAutotuneCache reads its `config`, then writes it locally)."""
+    config = cache.kernel.config_spec.default_config()
+    return json.dumps({"config": config.to_json(), "key": _key_doc(cache)}, indent=2)
+
+
 class KernelsearchBackend(RemoteCacheBackend):
     """Helion's `RemoteCacheBackend` over kernelsearch: `HELION_REMOTE_CACHE_BACKEND=
     kernelsearch.helion.KernelsearchBackend` with `HELION_AUTOTUNE_CACHE=RemoteAutotuneCache`."""
 
     def get(self, key: str) -> str | None:
-        """The exact text stored under Helion's cache key; None on a miss or any fault."""
+        """The exact text stored under Helion's cache key; None on a miss or any fault. Under
+        KS_HELION_ON_MISS=default a miss the service answered queues a worker's tuning of the
+        call and answers Helion's default config, which Helion then runs without tuning."""
         c = CONNECTION
+        queue = _miss_job(key)
 
         def fetch() -> str | None:
             if c.client is not None:
                 got = c.client.helion_get(key)
-                return None if got is None else str(got["data"])
+                if got is not None:
+                    return str(got["data"])
+                if queue is None:
+                    return None
+                capture, default = queue
+                job = c.client.helion_queue(key, capture)
+                log.info("kernelsearch.helion: no entry for %s (%s); running Helion's default "
+                         "config while job %s tunes it", capture["qualname"], key[:12], job.get("id"))
+                return default
             entry = c.store.get_helion_entry(key)
             return None if entry is None else entry.data
 

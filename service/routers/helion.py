@@ -1,6 +1,6 @@
 """/v1/helion/entries: Helion's autotune cache (`kernelsearch.helion`, a `RemoteCacheBackend`):
 an entry stored under Helion's own cache key, read back exactly, and the newest entries listed
-for Helion's warm start."""
+for Helion's warm start. /v1/helion/jobs: a miss queued for a worker to tune."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,12 +8,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi import Path as PathParam
 
+from kernelsearch.db import errors as dberr
 from kernelsearch.db.views import HelionEntryView
 from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
 
 from .. import schemas
-from ..deps import StoreDep, require_writer
+from ..deps import SettingsDep, StoreDep, require_writer
+from ..helion_jobs import SAMPLER, parse_job
 from ..lookups import run_read
+from ..views import job_json
 from .common import ERRORS, WRITE_ERRORS, check_text
 from .records import ANONYMOUS, TOKEN_UPLOADER, refused
 
@@ -63,3 +66,25 @@ async def list_entries(store: StoreDep, limit: int = Query(100, ge=1, le=1000),
             check_text(name, v)
     got = await run_read(lambda: store.list_helion_entries(limit, kernel=kernel, hardware=hardware))
     return [entry_json(e) for e in got]
+
+
+@router.post("/v1/helion/jobs", status_code=202, response_model=schemas.JobSubmitted,
+             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def submit_job(body: schemas.HelionJobIn, settings: SettingsDep, store: StoreDep) -> Any:
+    """Queue a worker's tuning of a Helion cache miss from the call's capture; the worker stores
+    the entry under the key. 202 with the job and `"existing": false`, or the key's job already
+    queued or running and `"existing": true`."""
+    try:
+        job = parse_job(body.capture)
+    except ValueError as e:
+        raise HTTPException(422, str(e)) from None
+    if job.key != body.key:
+        raise HTTPException(422, f"capture.key: {job.key} is not the job's key {body.key}")
+    try:
+        queued, existing = store.queue_job(job.job_kernel, [job.case()], 1, SAMPLER,
+                                           max_queued=settings.max_queued_jobs, capture=job.as_json())
+    except dberr.Conflict as e:
+        raise HTTPException(429, str(e)) from None
+    except ValueError as e:
+        raise HTTPException(422, f"capture: {e}") from None
+    return {**job_json(queued), "existing": existing}

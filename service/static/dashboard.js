@@ -85,7 +85,9 @@
     row.className = "status-" + String(j.status).replace(/[^a-z]/g, "");
     link(cell(row, ""), "/jobs/" + id, String(id));
     cell(row, j.status);
-    link(cell(row, ""), "/kernels/" + encodeURIComponent(String(j.kernel)), String(j.kernel));
+    var name = String(j.kernel);
+    link(cell(row, ""), name.indexOf("helion:") === 0 ? "/helion?kernel=" + encodeURIComponent(name)
+      : "/kernels/" + encodeURIComponent(name), name);
     cell(row, casesLabel(j.cases));
     var cur = j.current_case || {};
     cell(row, j.status === "running" && cur.axes ? axesLabel(cur.axes) : "");

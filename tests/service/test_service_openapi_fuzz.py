@@ -4,7 +4,8 @@ response schemas and headers, Allow on 405, negative data refused), valid and in
 Positive-data acceptance is left out on the operations whose input depends on the kernel they
 name (the axes of /v1/best and /case, the case axes and config of a job or an uploaded record),
 on an undeclared kernel's definition (its key and dtype arguments must be among its
-arguments), and on a Helion cache entry (its `data` is Helion's JSON text inside a string): OpenAPI cannot say that `seq_len` belongs to one kernel and `total_patches` to
+arguments), on a Helion cache entry (its `data` is Helion's JSON text inside a string) and a
+Helion job (its capture is checked field by field, service/helion_jobs.py): OpenAPI cannot say that `seq_len` belongs to one kernel and `total_patches` to
 another, so a "schema-valid" request may still be a 422 there; every other check runs on them."""
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ _TMP = tempfile.TemporaryDirectory(prefix="ks-fuzz-")
 _URL = f"sqlite:///{_TMP.name}/fuzz.db"
 KERNEL_DEPENDENT = {("GET", "/v1/best"), ("GET", "/case"), ("POST", "/v1/jobs"),
                     ("POST", "/v1/records"), ("POST", "/v1/kernels"),
-                    ("PUT", "/v1/helion/entries/{key}")}
+                    ("PUT", "/v1/helion/entries/{key}"), ("POST", "/v1/helion/jobs")}
 
 
 def _app():

@@ -28,6 +28,8 @@
 #   helion        Helion (.whl/) through kernelsearch.helion: a softmax and an fp16 matmul tuned on a first host,
 #                 served on a second, against Helion's own local cache given the entries alone and warm
 #                 (docs/benchmarks/issue25_helion.py)
+#   helion-queue  the same kernels under KS_HELION_ON_MISS=default: a fresh host runs Helion's default
+#                 configs and queues jobs, `kernelsearch worker` tunes them, a later host is served
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -155,6 +157,11 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       timeout ${ISSUE25_S:-540} python3 docs/benchmarks/issue25_helion.py $D/issue25_helion.json \
         --work /tmp/ks25 2>&1 | tail -5
       cp /tmp/ks25/*.stderr.txt $D/ 2>/dev/null ;;
+    helion-queue)
+      D=$OUT/issue25q; mkdir -p $D
+      timeout ${ISSUE25Q_S:-400} python3 docs/benchmarks/issue25_helion.py $D/issue25_helion_queue.json \
+        --queue --work /tmp/ks25q 2>&1 | tail -5
+      cp /tmp/ks25q/*.stderr.txt $D/ 2>/dev/null ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -16,6 +16,15 @@ Two Helion kernels, a row softmax (fp16, 4096 x 4096) and an fp16 matmul (4096^3
   local   the first host again with Helion's own warm local cache and no backend
           (`HELION_AUTOTUNE_CACHE=LocalAutotuneCache`; its compiled kernels warm too)
 
+With `--queue` the flow is the opt-in miss policy instead (`KS_HELION_ON_MISS=default`), on its
+own fresh service:
+
+  queue-miss    a fresh host misses: the backend queues a job per kernel and Helion runs its
+                default config at once (no tuning in the user's process)
+  (worker)      `kernelsearch worker` in its own process tunes both jobs from their captures and
+                stores the entries (the time from the first job queued to the last one done)
+  queue-served  another fresh host: remote hits with the worker's configs
+
 Each mode reports the time from its first call to both results (and per kernel), Helion's cache
 counters, the remote hits its log shows, and the configs it ran; the outputs are checked against
 PyTorch. Without `--service-url` a service is started here (`kernelsearch serve --no-worker` on a
@@ -43,8 +52,10 @@ except ImportError:
     helion = None
 
 MODES = ("tune", "served", "local-configs", "served-compiled", "local")
+QUEUE_MODES = ("queue-miss", "queue-served")
 HOSTS = {"tune": "host1", "local": "host1", "served": "host2", "local-configs": "host3",
-         "served-compiled": "host4"}
+         "served-compiled": "host4", "queue-miss": "host5",
+         "queue-served": "host7"}
 BACKEND = "kernelsearch.helion.KernelsearchBackend"
 SOFTMAX_SHAPE = (4096, 4096)
 MATMUL_SHAPE = (4096, 4096, 4096)
@@ -122,6 +133,7 @@ def _start_service(work: Path) -> tuple[subprocess.Popen, str]:
     """`kernelsearch serve --no-worker` on a fresh SQLite database; its URL once it answers."""
     import httpx
 
+    work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "KS_DATABASE_URL": f"sqlite:///{work / 'ks.db'}"}
     env.pop("KS_API_TOKEN", None)
     cli = [sys.executable, "-m", "kernelsearch.service.cli"]
@@ -170,6 +182,8 @@ def _run_mode(mode: str, work: Path, url: str, token: str | None) -> dict:
     else:
         env.update(HELION_AUTOTUNE_CACHE="RemoteAutotuneCache", HELION_REMOTE_CACHE_BACKEND=BACKEND,
                    KS_SERVICE_URL=url)
+        if mode == "queue-miss":
+            env["KS_HELION_ON_MISS"] = "default"
         if token:
             env["KS_API_TOKEN"] = token
     t0 = time.perf_counter()
@@ -187,13 +201,48 @@ def _run_mode(mode: str, work: Path, url: str, token: str | None) -> dict:
     return out
 
 
+def _run_worker(work: Path, url: str, timeout_s: float = 900) -> dict:
+    """`kernelsearch worker` (its own process, its own caches) until the queued Helion jobs end."""
+    import httpx
+
+    home = work / "host6"
+    here = str(Path(__file__).resolve().parent)  # the jobs import this script as `issue25_helion`
+    env = {**os.environ, "KS_DATABASE_URL": f"sqlite:///{work / 'ks.db'}",
+           "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p),
+           "HELION_CACHE_DIR": str(home / "helion"), "TRITON_CACHE_DIR": str(home / "triton"),
+           "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor")}
+    for var in ("HELION_AUTOTUNE_CACHE", "HELION_REMOTE_CACHE_BACKEND", "KS_HELION_ON_MISS"):
+        env.pop(var, None)
+    queued = httpx.get(f"{url}/v1/jobs", params={"limit": 20}, timeout=10).json()
+    log = open(work / "worker.stderr.txt", "w")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.service.cli", "worker"], env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    jobs: list = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            jobs = httpx.get(f"{url}/v1/jobs", params={"limit": 20}, timeout=10).json()
+            if jobs and all(j["status"] in ("succeeded", "failed", "cancelled") for j in jobs):
+                break
+            time.sleep(2)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+    return {"jobs_queued": len(queued), "worker_s": time.perf_counter() - t0,
+            "jobs": [{k: j.get(k) for k in ("id", "kernel", "status", "error")} for j in jobs]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", nargs="?", help="where the JSON result goes")
     ap.add_argument("--service-url", help="a running kernelsearch service (default: start one here)")
     ap.add_argument("--token", default=os.environ.get("KS_API_TOKEN"), help="its writer token")
     ap.add_argument("--work", help="folder for the caches and logs (default: a fresh temporary one)")
-    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--queue", action="store_true",
+                    help="the KS_HELION_ON_MISS=default flow (queue-miss, a worker, queue-served)")
+    ap.add_argument("--child", choices=MODES + QUEUE_MODES, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child)))
@@ -207,7 +256,12 @@ def main() -> int:
     if url is None:
         proc, url = _start_service(work)
     try:
-        modes = {m: _run_mode(m, work, url, args.token) for m in MODES}
+        if args.queue:
+            modes = {"queue-miss": _run_mode("queue-miss", work, url, args.token)}
+            modes["worker"] = _run_worker(work, url)
+            modes["queue-served"] = _run_mode("queue-served", work, url, args.token)
+        else:
+            modes = {m: _run_mode(m, work, url, args.token) for m in MODES}
         import httpx
 
         entries = httpx.get(f"{url}/v1/helion/entries", params={"limit": 20}, timeout=10).json()
@@ -218,7 +272,8 @@ def main() -> int:
     result = {"service_url": url, "work": str(work), "modes": modes,
               "entries": [{k: e[k] for k in ("key", "kernel", "axes", "hardware", "config", "checked_by")}
                           for e in entries],
-              "summary": {m: round(modes[m]["first_result_s"], 3) for m in MODES}}
+              "summary": {m: round(r["first_result_s"] if "first_result_s" in r else r["worker_s"], 3)
+                          for m, r in modes.items()}}
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result["summary"]))
     return 0

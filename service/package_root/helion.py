@@ -196,9 +196,9 @@ def _miss_job(key: str) -> tuple[dict[str, Any], str] | None:
     global _warned_local
     try:
         from kernelsearch.service.helion_jobs import tuning_here
-        from kernelsearch.service.settings import ClientSettings
+        from kernelsearch.service.settings import client_settings
 
-        st = ClientSettings()
+        st = client_settings()
         if st.helion_on_miss != "default" or tuning_here():
             return None
         if not st.service_url:

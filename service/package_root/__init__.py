@@ -19,6 +19,7 @@ _LAZY = {
     "get_kernel": ("kernelsearch.kernels.registry", "get_kernel"),
     "kernel_names": ("kernelsearch.kernels.registry", "kernel_names"),
     "KernelDef": ("kernelsearch.kernels.spec", "KernelDef"),
+    "runtime_of": ("kernelsearch.kernels.runtime", "runtime_of"),
     "Param": ("kernelsearch.kernels.spec", "Param"),
     "Axis": ("kernelsearch.kernels.spec", "Axis"),
     "Case": ("kernelsearch.kernels.spec", "Case"),

@@ -66,7 +66,8 @@ class JobQueue(Protocol):
 
     def queue_job(self, kernel: str, cases: list[dict[str, int]], n_trials: int, sampler: str,
                   timeout_s: float | None = None, max_queued: int | None = None,
-                  capture: dict[str, Any] | None = None) -> tuple[JobView, bool]: ...
+                  capture: dict[str, Any] | None = None,
+                  failed_backoff_s: float | None = None) -> tuple[JobView, bool]: ...
 
     def get_job(self, job_id: int) -> JobView | None: ...
 

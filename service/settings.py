@@ -82,6 +82,9 @@ class Settings(ClientSettings):
     max_trials_per_job: int = Field(2000, gt=0)
     max_cases_per_job: int = Field(64, gt=0)
     max_queued_jobs: int = Field(100, gt=0)
+    helion_failed_retry_s: float = Field(
+        3600.0, ge=0, description="a Helion key whose worker job failed is not queued again for this "
+        "long (its misses run the default config meanwhile); 0: queued again on the next miss")
     max_body_bytes: int = Field(64 * 1024, gt=0)
     cors_origins: list[str] = Field(default_factory=list, description="empty: CORS off")
     shipped_records: str | None = Field(None, description="records export imported by `make run`")

@@ -76,10 +76,13 @@ class JobRepo(RepoBase):
         timeout_s: float | None = None,
         max_queued: int | None = None,
         capture: dict[str, Any] | None = None,
+        failed_backoff_s: float | None = None,
     ) -> tuple[JobView, bool]:
         """`create_job`, and whether the job is an identical one already queued or running
         (True) rather than a new one: the API says which it answers. `capture`: the call an
-        undeclared kernel's job tunes on (a job with one is identical only to another with one)."""
+        undeclared kernel's job tunes on (a job with one is identical only to another with one).
+        `failed_backoff_s`: an identical job that failed less than this long ago is answered
+        instead of a new one, so a call no worker can tune is not queued again on every miss."""
         check_name(kernel, "kernel")
         check_name(sampler, "sampler")
         if not isinstance(cases, list) or not cases:
@@ -89,6 +92,9 @@ class JobRepo(RepoBase):
         check_int(n_trials, "n_trials", minimum=1)
         check_number(timeout_s, "timeout_s", positive=True, optional=True)
         check_int(max_queued, "max_queued", minimum=0, optional=True)
+        check_number(failed_backoff_s, "failed_backoff_s", optional=True)
+        if failed_backoff_s is not None and failed_backoff_s < 0:
+            raise ValueError(f"failed_backoff_s: expected seconds >= 0, got {failed_backoff_s}")
         if capture is not None and not isinstance(capture, dict):
             raise ValueError(f"capture: expected an object, got {type(capture).__name__}")
 
@@ -101,14 +107,28 @@ class JobRepo(RepoBase):
             # job: twenty identical submits spend the budget once (a job adds n_trials to each
             # of its cases' studies, so a duplicate would add them again).
             kid = self._kernel_id(s, kernel)
+
+            def identical(same: Job) -> bool:
+                return (same.timeout_s == limit_s and (same.capture is None) == (capture is None)
+                        and [axes_key(dict(c)) for c in same.cases] == wanted)
+
             for same in s.execute(
                 select(Job).where(Job.kernel_id == kid, Job.status.in_(ACTIVE_STATUSES),
                                   Job.n_trials == n_trials, Job.sampler == sampler)
                 .order_by(Job.id)
             ).scalars():
-                if (same.timeout_s == limit_s and (same.capture is None) == (capture is None)
-                        and [axes_key(dict(c)) for c in same.cases] == wanted):
+                if identical(same):
                     return self._job_view(same, kernel), True
+            if failed_backoff_s:
+                since = utcnow() - timedelta(seconds=failed_backoff_s)
+                for same in s.execute(
+                    select(Job).where(Job.kernel_id == kid, Job.status == JobStatus.FAILED,
+                                      Job.finished_at >= since, Job.n_trials == n_trials,
+                                      Job.sampler == sampler)
+                    .order_by(Job.id.desc())
+                ).scalars():
+                    if identical(same):
+                        return self._job_view(same, kernel), True
             if max_queued is not None:
                 queued = s.execute(select(func.count()).where(Job.status == JobStatus.QUEUED)).scalar_one()
                 if queued >= max_queued:

@@ -283,8 +283,13 @@ class KernelsearchBackend(RemoteCacheBackend):
                     return None
                 capture, default = queue
                 job = c.client.helion_queue(key, capture)
-                log.info("kernelsearch.helion: no entry for %s (%s); running Helion's default "
-                         "config while job %s tunes it", capture["qualname"], key[:12], job.get("id"))
+                if job.get("status") == "failed":
+                    log.warning("kernelsearch.helion: no entry for %s (%s) and its job %s failed (%s); "
+                                "running Helion's default config", capture["qualname"], key[:12],
+                                job.get("id"), job.get("error"))
+                else:
+                    log.info("kernelsearch.helion: no entry for %s (%s); running Helion's default "
+                             "config while job %s tunes it", capture["qualname"], key[:12], job.get("id"))
                 return default
             entry = c.store.get_helion_entry(key)
             return None if entry is None else entry.data

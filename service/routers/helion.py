@@ -72,8 +72,9 @@ async def list_entries(store: StoreDep, limit: int = Query(100, ge=1, le=1000),
              responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
 def submit_job(body: schemas.HelionJobIn, settings: SettingsDep, store: StoreDep) -> Any:
     """Queue a worker's tuning of a Helion cache miss from the call's capture; the worker stores
-    the entry under the key. 202 with the job and `"existing": false`, or the key's job already
-    queued or running and `"existing": true`."""
+    the entry under the key. 202 with the job and `"existing": false`, or `"existing": true` with
+    the key's job already queued or running, or failed less than KS_HELION_FAILED_RETRY_S ago
+    (a call no worker can tune is not queued again on every miss)."""
     try:
         job = parse_job(body.capture)
     except ValueError as e:
@@ -82,7 +83,8 @@ def submit_job(body: schemas.HelionJobIn, settings: SettingsDep, store: StoreDep
         raise HTTPException(422, f"capture.key: {job.key} is not the job's key {body.key}")
     try:
         queued, existing = store.queue_job(job.job_kernel, [job.case()], 1, SAMPLER,
-                                           max_queued=settings.max_queued_jobs, capture=job.as_json())
+                                           max_queued=settings.max_queued_jobs, capture=job.as_json(),
+                                           failed_backoff_s=settings.helion_failed_retry_s)
     except dberr.Conflict as e:
         raise HTTPException(429, str(e)) from None
     except ValueError as e:

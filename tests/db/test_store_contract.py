@@ -18,6 +18,7 @@ from kernelsearch.db.errors import Conflict, ImportRejected, LeaseLost, SchemaBe
 from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.models import Record
 from kernelsearch.db.repos import DeviceRepo, JobRepo, RecordRepo, TransferRepo, TrialRepo
+from kernelsearch.db.statuses import JobStatus
 from kernelsearch.db.store import EXPORT_SCHEMA, EXPORT_VERSION, Store
 from kernelsearch.db.views import RECORD_COLUMNS, RECORD_KEY_FIELDS, VIEW_COLUMNS, RecordFields, RecordView
 
@@ -46,6 +47,22 @@ def test_queue_job_says_whether_it_is_an_existing_job(store: Store) -> None:
     assert existing is False
     again, existing = store.queue_job("k", [{"seq_len": 8}], 4, "tpe")
     assert again.id == first.id and existing is True
+
+
+def test_a_recently_failed_identical_job_answers_within_the_back_off(store: Store) -> None:
+    first, _ = store.queue_job("k", [{"seq_len": 8}], 1, "helion", capture={"c": 1})
+    claimed = store.claim_job("w1", lease_seconds=60)
+    assert claimed is not None and claimed.id == first.id
+    store.finish_job(Lease.of(claimed), JobStatus.FAILED, error="no worker can tune this")
+    again, existing = store.queue_job("k", [{"seq_len": 8}], 1, "helion", capture={"c": 1},
+                                      failed_backoff_s=3600)
+    assert (again.id, existing, again.status) == (first.id, True, JobStatus.FAILED)
+    other, existing = store.queue_job("k", [{"seq_len": 9}], 1, "helion", capture={"c": 1},
+                                      failed_backoff_s=3600)
+    assert existing is False and other.id != first.id  # another case is not that job
+    store.cancel_job(other.id)
+    new, existing = store.queue_job("k", [{"seq_len": 8}], 1, "helion", capture={"c": 1})
+    assert existing is False and new.id not in (first.id, other.id)  # no back-off asked
 
 
 def test_a_cancelled_job_keeps_the_best_only_from_its_worker(store: Store) -> None:

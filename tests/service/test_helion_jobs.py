@@ -27,6 +27,7 @@ from kernelsearch.helion import CONNECTION  # noqa: E402
 from kernelsearch.search_space.acceptance import HELION_CHECKED  # noqa: E402
 from kernelsearch.service.api import create_app  # noqa: E402
 from kernelsearch.service.client import Client, InvalidRequest  # noqa: E402
+from kernelsearch.service.helion_jobs import parse_job  # noqa: E402
 from kernelsearch.service.worker import Worker  # noqa: E402
 
 TOKEN = "tok"
@@ -269,3 +270,26 @@ def test_a_worker_without_helion_fails_the_job(server: LiveServer, sqlite_store:
     job = sqlite_store.get_job(job_id)
     assert job is not None and job.status == JobStatus.FAILED and job.error is not None
     assert "Helion is not installed on worker helion-worker" in job.error
+
+
+def test_a_key_whose_job_failed_is_not_queued_again_until_the_back_off_ends(
+        server: LiveServer, sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cap = _queued_capture(server, sqlite_store, monkeypatch, tmp_path)
+    other = "1" * 64  # a key this worker's Helion does not compute: its job fails
+    with Client(server.url, token=TOKEN) as c:
+        first = c.helion_queue(other, {**cap, "key": other})
+        assert worker(sqlite_store).run_one()
+        assert sqlite_store.get_job(first["id"]).status == JobStatus.FAILED
+        again = c.helion_queue(other, {**cap, "key": other})
+    # The failed job answers (KS_HELION_FAILED_RETRY_S, an hour by default): no job per miss.
+    assert again["existing"] is True and again["id"] == first["id"] and again["status"] == "failed"
+    assert sum(1 for j in sqlite_store.list_jobs() if j.status != JobStatus.CANCELLED) == 1
+    # With no back-off the next miss queues a new job.
+    job = parse_job({**cap, "key": other})
+    queued, existing = sqlite_store.queue_job(job.job_kernel, [job.case()], 1, "helion",
+                                              capture=job.as_json(), failed_backoff_s=0)
+    assert existing is False and queued.id != first["id"]
+    with pytest.raises(ValueError, match="failed_backoff_s"):
+        sqlite_store.queue_job(job.job_kernel, [job.case()], 1, "helion", capture=job.as_json(),
+                               failed_backoff_s=-1)
+

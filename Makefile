@@ -43,10 +43,10 @@ typecheck: install
 	$(BIN)/mypy kernels search_space db service
 
 test: lint typecheck
-	$(BIN)/python -m pytest -n 2 --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=20 $(PYTEST_ARGS)
 
 test-fast: install
-	$(BIN)/python -m pytest -n 2 -m "not slow and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not slow and not browser" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var test-artifacts .pytest_cache

@@ -357,9 +357,12 @@ class KernelDef:
             return self.default_config
         if not isinstance(config, Mapping):
             raise InvalidConfig(f"{self.name}: config must be a mapping, got {type(config).__name__}")
+        names = {p.name for p in self.params}
         for k in config:
-            self.param(k)  # raises on an unknown name
+            if k not in names:
+                self.param(k)  # raises, naming the accepted parameters
         full = {p.name: config.get(p.name, p.default) for p in self.params}
+        out: dict[str, Any] = {}
         for p in self.params:
             v = full[p.name]
             if not p.active(full):
@@ -370,8 +373,7 @@ class KernelDef:
             if not in_choices(v, p.choices):
                 raise InvalidConfig(f"{self.name}: parameter {p.name!r} does not accept {v!r}; "
                                     f"accepted: {list(p.choices)}")
-        out = {k: _canonical(v, self.param(k).choices) for k, v in full.items()
-               if self.param(k).active(full)}
+            out[p.name] = _canonical(v, p.choices)
         msg = self.rules(out)
         if msg:
             raise InvalidConfig(f"{self.name}: {msg}")

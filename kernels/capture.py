@@ -330,20 +330,27 @@ def jit_function_of(tuner: Any) -> Any:
     return fn
 
 
+def import_object(module: str, qualname: str) -> Any:
+    """`module.qualname` imported here (a job's kernel, which a worker imports as the user's
+    process did); KernelModuleUnavailable when the module cannot be imported or lacks it."""
+    if "<locals>" in qualname:
+        raise KernelModuleUnavailable(module, f"{qualname} is defined inside a "
+                                      "function; a worker imports module-level kernels only")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
+        raise KernelModuleUnavailable(module, f"{type(exc).__name__}: {exc}") from exc
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise KernelModuleUnavailable(module, f"it has no {qualname}")
+    return obj
+
+
 def import_tuner(defn: Definition) -> Any:
     """The decorated kernel a definition names, imported from its module; KernelModuleUnavailable
     when the module cannot be imported here, does not hold it, or holds other code."""
-    if "<locals>" in defn.qualname:
-        raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is defined inside a "
-                                      "function; a worker imports module-level kernels only")
-    try:
-        obj: Any = importlib.import_module(defn.module)
-    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
-        raise KernelModuleUnavailable(defn.module, f"{type(exc).__name__}: {exc}") from exc
-    for part in defn.qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise KernelModuleUnavailable(defn.module, f"it has no {defn.qualname}")
+    obj = import_object(defn.module, defn.qualname)
     if not hasattr(obj, "using"):
         raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is not a "
                                       "@kernelsearch.autotune kernel")

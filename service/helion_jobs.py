@@ -13,7 +13,6 @@ job naming both keys instead of storing a config under a key it did not tune.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import re
 import tempfile
@@ -24,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelsearch.kernels.capture import (MAX_CAPTURE_BYTES, ArgCapture, Capture, CaptureError,
-                                          KernelModuleUnavailable, args_from_json, rebuild)
+                                          KernelModuleUnavailable, args_from_json, import_object,
+                                          rebuild)
 from kernelsearch.search_space.acceptance import HELION_KEY, HELION_KEY_FIELDS, helion_axes
 
 KIND = "helion"
@@ -189,16 +189,7 @@ def import_kernel(job: HelionJob) -> Any:
     be imported here or does not hold a Helion kernel by that name."""
     import helion
 
-    if "<locals>" in job.qualname:
-        raise KernelModuleUnavailable(job.module, f"{job.qualname} is defined inside a function")
-    try:
-        obj: Any = importlib.import_module(job.module)
-    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
-        raise KernelModuleUnavailable(job.module, f"{type(exc).__name__}: {exc}") from exc
-    for part in job.qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise KernelModuleUnavailable(job.module, f"it has no {job.qualname}")
+    obj = import_object(job.module, job.qualname)
     if not isinstance(obj, helion.Kernel):
         raise KernelModuleUnavailable(job.module, f"its {job.qualname} is a {type(obj).__name__}, "
                                       f"not a @helion.kernel")

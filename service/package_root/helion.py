@@ -188,11 +188,11 @@ def _kernel_facts(cache: Any) -> tuple[str | None, list[str] | None, bool | None
 _warned_local = False
 
 
-def _miss_job(key: str) -> tuple[dict[str, Any], str] | None:
-    """Under KS_HELION_ON_MISS=default: the capture of the calling cache's call and the entry
-    text of Helion's default config for it, made in the caller's thread (Helion's frames are
-    there); None when a miss is to tune as Helion does (the setting, no service to queue on, a
-    worker's own tuning, a call that cannot be captured)."""
+def _miss_cache(key: str) -> Any:
+    """Under KS_HELION_ON_MISS=default: the Helion cache object asking for `key`, found in the
+    caller's thread (Helion's frames are there), whose call a miss captures and queues; None
+    when a miss is to tune as Helion does (the setting, no service to queue on, a worker's own
+    tuning, no such caller)."""
     global _warned_local
     try:
         from kernelsearch.service.helion_jobs import tuning_here
@@ -213,11 +213,15 @@ def _miss_job(key: str) -> tuple[dict[str, Any], str] | None:
         cache = _caller(AutotuneCacheBase)
         if cache is None or getattr(cache, "key", None) is None or cache.key.stable_hash() != key:
             return None
-        return _job_capture(cache, key), _default_entry(cache)
+        return cache
     except Exception as exc:  # noqa: BLE001 - a miss that cannot be queued tunes as before
-        log.warning("kernelsearch.helion: this miss is tuned here, not queued (%s: %s)",
-                    type(exc).__name__, exc)
+        _not_queued(exc)
         return None
+
+
+def _not_queued(exc: Exception) -> None:
+    log.warning("kernelsearch.helion: this miss is tuned here, not queued (%s: %s)",
+                type(exc).__name__, exc)
 
 
 def _key_doc(cache: Any) -> dict[str, Any]:
@@ -272,16 +276,20 @@ class KernelsearchBackend(RemoteCacheBackend):
         KS_HELION_ON_MISS=default a miss the service answered queues a worker's tuning of the
         call and answers Helion's default config, which Helion then runs without tuning."""
         c = CONNECTION
-        queue = _miss_job(key)
+        cache = _miss_cache(key)
 
         def fetch() -> str | None:
             if c.client is not None:
                 got = c.client.helion_get(key)
                 if got is not None:
                     return str(got["data"])
-                if queue is None:
+                if cache is None:
                     return None
-                capture, default = queue
+                try:  # only on a miss: a hit costs no capture
+                    capture, default = _job_capture(cache, key), _default_entry(cache)
+                except Exception as exc:  # noqa: BLE001 - not the service's fault: no back-off
+                    _not_queued(exc)
+                    return None
                 job = c.client.helion_queue(key, capture)
                 if job.get("status") == "failed":
                     log.warning("kernelsearch.helion: no entry for %s (%s) and its job %s failed (%s); "

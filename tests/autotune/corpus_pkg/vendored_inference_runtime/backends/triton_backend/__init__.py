@@ -1,0 +1,1 @@
+"""Part of the corpus package's deep vendor path."""

@@ -1,0 +1,1 @@
+"""Non-ASCII package of the corpus."""

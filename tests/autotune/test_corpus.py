@@ -49,6 +49,16 @@ KNOWN: dict[tuple[str, str], str] = {
         "kernels/undeclared.py Definition.case_axes returns None for a key value that is a float, "
         "a string, a Triton dtype or None, so such a call is tuned here and never shared: the "
         "fresh process benchmarks again instead of being served"),
+    ("second", "rewriting_prune"): (
+        "service/autotune.py share_tuned checks the winner against the listed configs' parameters "
+        "(kernels/undeclared.py Definition): a config that early_config_prune made with a constexpr "
+        "the list never sets (gemlite's NUM_STAGES, EVEN_K) is refused as 'unknown parameter', so "
+        "nothing is shared and the fresh process tunes again (gemlite on the H200, call 37)"),
+    ("second", "scratch_partials"): (
+        "service/autotune.py share_tuned (kernels/undeclared.py written_mismatches) compares every "
+        "written tensor with the first config's, reset_to_zero scratch buffers included, whose "
+        "filled slots depend on the config (Liger DyT's DA): a winner other than the first config "
+        "'does not write what the first config writes' and is never shared"),
 }
 
 

@@ -20,8 +20,13 @@ ENTRIES = (
     "heuristics_stack",
     # gemlite / vLLM fused_moe: prune_configs_by (early prune, perf model, top_k)
     "pruned",
+    # gemlite's pruner: it yields new configs with constexprs the list never sets
+    "rewriting_prune",
     # Liger's DyT (reset_to_zero) and gemlite (restore_value) around an in-place update
     "accumulate",
+    # Liger's DyT backward: per-program partials in a scratch buffer whose filled slots depend
+    # on the config
+    "scratch_partials",
     # a serving engine: one kernel called from several threads at once
     "threaded",
     # fla's optional gate and Liger's optional bias: a tensor or None

@@ -25,6 +25,9 @@
 #                 and a second host (its RedisRemoteCacheBackend given the attribute 3.6.0 lacks:
 #                 docs/benchmarks/triton_redis.py), kernelsearch.triton_cache on a first and a second host (issue22_fla.py's
 #                 tc-* modes; TCACHE_MODES=tc-triton adds Triton's file cache alone)
+#   issue31       two real libraries other than fla-core (.whl/: liger-kernel 0.8.5, gemlite 0.6.0.post2) unchanged
+#                 but for the decorator swap: triton.autotune on a cold host, kernelsearch on a first host (tunes,
+#                 shares) and a second (served); outputs against triton.autotune's (docs/benchmarks/issue31_libs.py)
 #   helion        Helion (.whl/) through kernelsearch.helion: a softmax and an fp16 matmul tuned on a first host,
 #                 served on a second, against Helion's own local cache given the entries alone and warm
 #                 (docs/benchmarks/issue25_helion.py)
@@ -150,6 +153,29 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
         [ -s $D/$mode.json ] || { echo "$mode failed:"; grep -v -i warn $D/$mode.err | tail -4; }
       done
       python3 docs/benchmarks/issue22_fla.py table $D | tee $D/table.txt
+      $KS records export $D/records.json >/dev/null; kill $API ;;
+    issue31)
+      D=$OUT/issue31; W=/tmp/ks31; mkdir -p $D $W
+      export KS_DATABASE_URL=sqlite:///$W/kernelsearch.db
+      $KS db upgrade >/dev/null
+      $KS serve --no-worker --port 8731 > $D/api.log 2>&1 &
+      API=$!
+      for _ in $(seq 60); do curl -sf http://127.0.0.1:8731/healthz >/dev/null && break; sleep 1; done
+      END=$((SECONDS + ${ISSUE31_TOTAL_S:-540}))  # every mode ends in time for the table
+      for lib in ${ISSUE31_LIBS:-liger gemlite}; do
+        for mode in triton ks-first ks-served; do
+          LEFT=$((END - SECONDS)); LIMIT=$(( LEFT < ${ISSUE31_S:-150} ? LEFT : ${ISSUE31_S:-150} ))
+          [ $LIMIT -gt 10 ] || { echo "$lib $mode: skipped (no time left)"; continue; }
+          rm -rf $W/tc_${lib}_$mode
+          TRITON_CACHE_DIR=$W/tc_${lib}_$mode KS_SERVICE_URL=http://127.0.0.1:8731 \
+            KS_DATABASE_URL=sqlite:///$W/absent.db timeout $LIMIT \
+            python3 docs/benchmarks/issue31_libs.py run --lib $lib --mode $mode --work $W \
+            2>$W/$lib-$mode.err | tail -1
+          { echo "== $lib $mode"; grep -v -i warn $W/$lib-$mode.err | tail -${TAIL:-25}; } >> $D/stderr_tails.txt
+        done
+      done
+      python3 docs/benchmarks/issue31_libs.py table $W --out $D/summary.json | tee $D/table.txt
+      $KS records list 2>/dev/null | grep -c -E "liger|gemlite" | sed 's/^/liger and gemlite records in the store: /'
       $KS records export $D/records.json >/dev/null; kill $API ;;
     helion)
       # .whl/ must add helion 1.4.0 and the dependencies the host lacks (filecheck, scikit-learn, ...).

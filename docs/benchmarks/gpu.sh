@@ -161,6 +161,7 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       $KS serve --no-worker --port 8731 > $D/api.log 2>&1 &
       API=$!
       for _ in $(seq 60); do curl -sf http://127.0.0.1:8731/healthz >/dev/null && break; sleep 1; done
+      curl -sf http://127.0.0.1:8731/healthz >/dev/null || { echo "the service did not start:"; tail -3 $D/api.log; }
       END=$((SECONDS + ${ISSUE31_TOTAL_S:-540}))  # every mode ends in time for the table
       for lib in ${ISSUE31_LIBS:-liger gemlite}; do
         for mode in triton ks-first ks-served; do

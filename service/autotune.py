@@ -167,8 +167,9 @@ def _decide_for_compile(ctx: Any) -> None:
         ints, tensors, nones = (v.as_python_constant() for v in got[1:])
         try:
             answer = _TUNERS[tid].served_for_compile(ints, tensors, nones)
-        except Exception as exc:  # compiling never fails for a lookup
-            log.warning("kernelsearch lookup under torch.compile failed: %s", exc)
+        except Exception as exc:  # compiling never fails for a lookup: Inductor tunes every config
+            guard.failed(_TUNERS[tid]._name() if tid in _TUNERS else "a kernel",
+                         "the torch.compile decision", exc)
     _DECIDED[tid] = answer
 
 
@@ -239,7 +240,8 @@ class Backends:
         from .sources import ServiceSource, StoreSource, local_store, service_client
 
         settings = client_settings()
-        sig = (settings.database_url, settings.service_url)
+        sig = (settings.database_url, settings.service_url, settings.provider_timeout_s,
+               settings.autotune_timeout_s)
         with self._lock:
             if sig == self._made_for:
                 return

@@ -221,3 +221,24 @@ def test_the_share_check_runs_after_the_call_returns(sqlite_store, monkeypatch) 
     assert finished.is_set()
     (rec,) = sqlite_store.list_records(kernel=swapped.undeclared.name)
     assert rec.config["BLOCK"] == 64
+
+
+def test_the_hooks_fall_back_too(monkeypatch, caplog, tmp_path) -> None:
+    """The Helion backend and the Triton cache manager: a failure of their own work is a miss
+    (Helion tunes, Triton benchmarks) or an entry not shared, never an error in the user's call."""
+    pytest.importorskip("helion")
+    from kernelsearch import helion as ks_helion
+    from kernelsearch import triton_cache
+
+    monkeypatch.setenv("KS_SERVICE_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr(ks_helion, "_caller", _raise(RuntimeError("frames broke")))
+    monkeypatch.setattr(ks_helion, "_miss_cache", _raise(RuntimeError("frames broke")))
+    backend = ks_helion.KernelsearchBackend()
+    assert backend.get("k" * 64) is None
+    assert backend.put("k" * 64, "{}") is None
+    assert list(backend.list(5)) == []
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(triton_cache, "_autotune_call", _raise(RuntimeError("frames broke")))
+    manager = triton_cache.AutotuneCacheManager("ks-guard-test")
+    assert manager.get_file("body.autotune.json") is None
+    assert "frames broke" in caplog.text

@@ -794,7 +794,7 @@ class Autotuner(TritonAutotuner):
         else:
             case, res = self._served(key, named, opts, args, kwargs)
         if res is None:
-            self._tell("miss", logging.INFO, "%s: no served config for key %s: %s",
+            self._tell("miss", logging.INFO, "%s: no served config for key %s now: %s",
                        self._name(), key, _POLICY_WHY[opts.fallback])
             res = self._fallback(key, opts, case, args, kwargs)
         if dist is not None:
@@ -925,6 +925,8 @@ class Autotuner(TritonAutotuner):
         except FutureTimeout:
             if wait > 0:
                 BACKENDS.slow_until = time.monotonic() + opts.retry_s
+            self._tell("slow", logging.INFO, "%s: the lookup for key %s did not answer within "
+                       "KS_AUTOTUNE_TIMEOUT_S=%g s", self._name(), key, opts.timeout_s)
             # Too slow for this call: whatever it finds later is adopted by a later call (unless
             # keys are pinned to their first answer: KS_AUTOTUNE_RECHECK_S=0, or ranks that
             # follow rank 0's broadcast).
@@ -970,6 +972,8 @@ class Autotuner(TritonAutotuner):
             self._resolved[key] = new
             self.sources[key] = new.source
             self.cache[key] = new.config
+        log.info("%s: key %s now runs the %s config %s (a later lookup's answer)", self._name(),
+                 key, new.source.value, canonical(new.config))
 
     def _recheck(self, key: tuple, named: dict[str, Any], res: Resolution) -> None:
         """Look a provisional key up again in the background; the call goes on with what it has."""

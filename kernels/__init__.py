@@ -1,16 +1,13 @@
 """Tunable Triton kernels with their references, cases and measurement.
 
-Without a visible GPU the kernels run under the Triton interpreter: the variable has to be set
-before any kernel is decorated, so it is decided here, before the kernel modules load.
+Without a visible GPU the kernels run under the Triton interpreter: it is turned on here, before
+the kernel modules load, and kernels a program decorated earlier run under it too (`interpreter`).
 """
 from __future__ import annotations
 
-import os
+from .interpreter import use_interpreter_without_gpu
 
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+use_interpreter_without_gpu()
 
 from .errors import FailureKind, KernelSearchError  # noqa: E402
 from .provider import set_resolver  # noqa: E402

@@ -51,6 +51,8 @@ from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, Unde
                                              dtype_axis, kernel_def, tensor_args, work_of,
                                              written_mismatches)
 
+from . import guard
+
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import RecordRepository
 
@@ -165,8 +167,9 @@ def _decide_for_compile(ctx: Any) -> None:
         ints, tensors, nones = (v.as_python_constant() for v in got[1:])
         try:
             answer = _TUNERS[tid].served_for_compile(ints, tensors, nones)
-        except Exception as exc:  # compiling never fails for a lookup
-            log.warning("kernelsearch lookup under torch.compile failed: %s", exc)
+        except Exception as exc:  # compiling never fails for a lookup: Inductor tunes every config
+            guard.failed(_TUNERS[tid]._name() if tid in _TUNERS else "a kernel",
+                         "the torch.compile decision", exc)
     _DECIDED[tid] = answer
 
 
@@ -225,7 +228,7 @@ class Backends:
         # Until then, a new key does not wait for its lookup at all (the last one ran out of time).
         self.slow_until = 0.0
         self._submitted: set[Key] = set()
-        self._uploading = 0
+        self._pending = 0  # background work the process waits for at exit (`drain`)
         self._idle = threading.Condition(self._lock)
 
     def _ensure(self) -> None:
@@ -237,12 +240,16 @@ class Backends:
         from .sources import ServiceSource, StoreSource, local_store, service_client
 
         settings = client_settings()
-        sig = (settings.database_url, settings.service_url)
+        sig = (settings.database_url, settings.service_url, settings.provider_timeout_s,
+               settings.autotune_timeout_s)
         with self._lock:
             if sig == self._made_for:
                 return
         store = local_store(settings)
-        client = service_client(settings)
+        # A lookup runs in the background: its request may take as long as the call is willing
+        # to wait (KS_AUTOTUNE_TIMEOUT_S) before the service counts as down.
+        client = service_client(settings, timeout=max(settings.provider_timeout_s,
+                                                      settings.autotune_timeout_s))
         # Writes (definitions, records, jobs) run off the call's path: they may take longer than
         # a lookup's bound without failing (a loaded service still takes them).
         writer = service_client(settings, timeout=max(WRITE_TIMEOUT_S, settings.provider_timeout_s))
@@ -380,32 +387,37 @@ class Backends:
                 log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
         return False
 
-    def upload_in_background(self, record: Any, definition: Mapping[str, Any] | None) -> None:
-        """`upload` off the caller's thread; the process waits for it at exit (`drain`)."""
+    def in_background(self, fn: Callable[[], Any]) -> Future:
+        """fn() off the caller's thread, as work the process waits for at exit (`drain`): an
+        upload, a share check, a lookup that queues a job."""
         with self._lock:
-            self._uploading += 1
+            self._pending += 1
 
-        def body() -> None:
+        def body() -> Any:
             try:
-                self.upload(record, definition)
+                return fn()
             finally:
                 with self._lock:
-                    self._uploading -= 1
+                    self._pending -= 1
                     self._idle.notify_all()
 
-        _in_background(body)
+        return _in_background(body)
+
+    def upload_in_background(self, record: Any, definition: Mapping[str, Any] | None) -> None:
+        """`upload` off the caller's thread; the process waits for it at exit (`drain`)."""
+        self.in_background(lambda: self.upload(record, definition))
 
     def idle(self) -> bool:
-        """No upload under way."""
+        """No background work under way."""
         with self._lock:
-            return self._uploading == 0
+            return self._pending == 0
 
     def drain(self, timeout_s: float) -> None:
-        """Wait up to `timeout_s` for uploads under way (at exit: a short script that tuned a
-        kernel still shares it)."""
+        """Wait up to `timeout_s` for background work under way (at exit: a short script that
+        tuned a kernel still shares it, and a miss still queues its job)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while self._uploading and time.monotonic() < deadline:
+            while self._pending and time.monotonic() < deadline:
                 self._idle.wait(max(0.0, deadline - time.monotonic()))
 
 
@@ -468,53 +480,70 @@ def undeclared_key(und: UndeclaredKernel, named: Mapping[str, Any]) -> Key | Non
     return Key.of(und.name, axes, device_name(device))
 
 
-def run_config(tuner: TritonAutotuner, config: Config, args: tuple, kwargs: dict) -> Any:
-    """One launch of `config` as Triton's benchmark runs a candidate: its hooks around it."""
-    outer = getattr(tuner, "nargs", None)
-    tuner.nargs = dict(zip(tuner.arg_names, args))
+def launch_alone(tuner: TritonAutotuner, config: Config, args: tuple, kwargs: dict) -> Any:
+    """One launch of `config` as Triton's benchmark runs a candidate (the config's and the
+    user's hooks, reset_to_zero), touching no state the autotuner shares with calls on other
+    threads (its `nargs`, its restore copies): the share check runs in the background."""
     current = dict(kwargs, **config.all_kwargs())
-    full = {**tuner.nargs, **current}
-    try:
-        if config.pre_hook:
-            config.pre_hook(full)
+    full = {**dict(zip(tuner.arg_names, args)), **current}
+    if config.pre_hook:
+        config.pre_hook(full)
+    if tuner.user_defined_pre_hook:
         tuner.pre_hook(full)
-        try:
-            ret = tuner.fn.run(*args, **current)
-        except Exception as exc:
-            tuner.post_hook(full, exception=exc)
-            raise
+    for name in tuner.reset_to_zero:
+        if full.get(name) is not None:
+            full[name].zero_()
+    ret = tuner.fn.run(*args, **current)
+    if tuner.user_defined_post_hook:
         tuner.post_hook(full, exception=None)
-        return ret
-    finally:
-        tuner.nargs = outer  # type: ignore[assignment]  # None outside a call, as Triton keeps it
+    return ret
 
 
 def share_tuned(tuner: TritonAutotuner, und: UndeclaredKernel, case: Key, config: Config,
-                timings: Mapping[Config, Any], args: tuple, kwargs: dict,
-                run: Callable[[Config, tuple, dict], Any] | None = None) -> bool:
+                timings: Mapping[Config, Any], args: tuple, kwargs: dict, first: Config) -> None:
     """Share what this process tuned for an undeclared kernel, once the winner writes what the
-    first config writes on this call's inputs (every tensor either changes, at its dtype's
-    tolerance); the upload runs in the background. False when it is not shared."""
-    launch = run or (lambda c, a, k: run_config(tuner, c, a, k))
-    first = tuner.prune_configs(kwargs)[0]
-    err = 0.0
-    if canonical_key(config) != canonical_key(first):
-        try:
-            before, ref, got = (_clone_call(args, kwargs) for _ in range(3))
-            launch(first, ref[0], ref[1])
-            launch(config, got[0], got[1])
-        except Exception as exc:
-            log.warning("%s: the config tuned here could not be checked (%s); not shared",
-                        und.name, exc)
-            return False
-        err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got))
-        if bad:
-            log.warning("%s: the config tuned here (%s) does not write what the first config "
-                        "writes (%s); used here, not shared", und.name, config, "; ".join(bad))
-            return False
-    record = _undeclared_record(und, case, config, timings, err, args)
-    BACKENDS.upload_in_background(record, und.definition.as_json())
-    return True
+    `first` config (after pruning) writes on this call's inputs (every tensor either changes,
+    at its dtype's tolerance). Only a copy of the inputs is taken on the call's path: the check
+    and the upload run in the background after the call (the process waits for them at exit)."""
+    before = _clone_call(args, kwargs) if canonical_key(config) != canonical_key(first) else None
+    stream = _stream_of(args)
+
+    def check_and_upload() -> None:
+        err = 0.0
+        if before is not None:
+            try:
+                with stream:
+                    ref, got = _clone_call(*before), _clone_call(*before)
+                    launch_alone(tuner, first, *ref)
+                    launch_alone(tuner, config, *got)
+            except Exception as exc:
+                log.warning("%s: the config tuned here could not be checked (%s); not shared",
+                            und.name, exc)
+                return
+            err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got))
+            if bad:
+                log.warning("%s: the config tuned here (%s) does not write what the first config "
+                            "writes (%s); used here, not shared", und.name, config, "; ".join(bad))
+                return
+        BACKENDS.upload(_undeclared_record(und, case, config, timings, err, args),
+                        und.definition.as_json())
+
+    BACKENDS.in_background(lambda: guard.guarded(und.name, "sharing the config tuned here",
+                                                 check_and_upload, None))
+
+
+def _stream_of(args: tuple) -> Any:
+    """The caller's current CUDA stream of the call's device (the share check's launches follow
+    the call's work there), or a context that does nothing."""
+    import contextlib
+
+    device = next((a.device for a in args if getattr(getattr(a, "device", None), "type", "") == "cuda"),
+                  None)
+    if device is None:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.stream(torch.cuda.current_stream(device))
 
 
 def _record_json(record: Any) -> dict[str, Any]:
@@ -666,8 +695,15 @@ class Autotuner(TritonAutotuner):
             if len(self.configs) == 1 and self.kernel_def is None:
                 self.best_config = self.configs[0]
                 return self._launch(self.configs[0], args, kwargs)
-            key, named = self._key(kwargs)
-            res = self._resolution(key, named, args, kwargs)
+            key: tuple | None = None
+            try:
+                key, named = self._key(kwargs)
+                res = self._resolution(key, named, args, kwargs)
+            except Exception as exc:  # the boundary: kernelsearch's failure is never the call's
+                if guard.is_users(exc):
+                    raise
+                guard.failed(self._name(), "resolving a key", exc)
+                return self._as_triton(key, args, kwargs)
             self.best_config = res.config
             try:
                 return self._launch(res.config, args, kwargs)
@@ -686,6 +722,34 @@ class Autotuner(TritonAutotuner):
                 return self._launch(first, args, kwargs)
         finally:
             self.nargs = None  # type: ignore[assignment]  # Triton's Autotuner resets it so too
+
+    def _as_triton(self, key: tuple | None, args: tuple, kwargs: dict) -> Any:
+        """What triton.autotune does for this call (kernelsearch failed to resolve its key):
+        Triton's own run, its benchmark of the pruned configs, disk cache, hooks and prints.
+        Later calls of the key run its answer."""
+        with self._lock:
+            self._resolved.pop(key, None)  # type: ignore[arg-type]
+            self.cache.pop(key, None)  # type: ignore[arg-type]
+        self.__dict__.pop("bench_time", None)  # set again only when Triton benchmarks
+        ret = TritonAutotuner.run(self, *args, **kwargs)
+        if key is not None:
+            source = (Source.FIRST if len(self.configs) == 1 else
+                      Source.TUNED_HERE if "bench_time" in vars(self) else Source.CACHED)
+            with self._lock:
+                self._resolved[key] = Resolution(self.best_config, source, provisional=False)
+                self.sources[key] = source
+        return ret
+
+    # The user's own code inside the boundary (pruning, benchmarks, Triton's disk cache): what it
+    # raises passes the boundary unchanged, as under triton.autotune.
+    def prune_configs(self, kwargs: dict) -> list[Config]:
+        return guard.users(super().prune_configs, kwargs)
+
+    def _bench(self, *args: Any, config: Config, **meta: Any) -> Any:
+        return guard.users(super()._bench, *args, config=config, **meta)
+
+    def check_disk_cache(self, tuning_key: Any, configs: list[Config], bench_fn: Callable) -> bool:
+        return guard.users(super().check_disk_cache, tuning_key, configs, bench_fn)
 
     def _launch(self, config: Config, args: tuple, kwargs: dict) -> Any:
         if config.pre_hook is not None:
@@ -711,7 +775,8 @@ class Autotuner(TritonAutotuner):
                 self.sources[key] = res.source
                 self.cache[key] = res.config
         elif res.provisional and not res.pending and time.monotonic() >= res.next_check:
-            self._recheck(key, named, res)
+            guard.guarded(self._name(), "looking a key up again",
+                          lambda: self._recheck(key, named, res), None)
         return res
 
     # -- resolving a new key -----------------------------------------------------------------
@@ -719,24 +784,35 @@ class Autotuner(TritonAutotuner):
         opts = Options.from_env()
         if self.kernel_def is None:
             _load_declarations()
-        case = self.case_key(named)
         dist = _distributed() if opts.sync is Sync.BROADCAST else None
         if dist is not None and dist.get_rank() != 0:
             return self._from_rank0(dist, None)
-        res = None
-        if case is not None:
-            res = self._lookup(key, case, opts, kwargs)
-            if res is not None and res.provisional and opts.fallback is not Fallback.NEAREST:
-                res = None  # a nearest record is served only when the user asked for it
-            if res is not None and self.kernel_def is None:
-                res = self._check_served(key, case, res, args, kwargs)
+        if dist is not None:  # the other ranks wait for rank 0's broadcast: a failure is a miss
+            miss: tuple[Key | None, Resolution | None] = (None, None)
+            case, res = guard.guarded(self._name(), "resolving a key",
+                                      lambda: self._served(key, named, opts, args, kwargs), miss)
+        else:
+            case, res = self._served(key, named, opts, args, kwargs)
         if res is None:
-            self._tell("miss", logging.INFO, "%s: no served config for key %s: %s",
+            self._tell("miss", logging.INFO, "%s: no served config for key %s now: %s",
                        self._name(), key, _POLICY_WHY[opts.fallback])
             res = self._fallback(key, opts, case, args, kwargs)
         if dist is not None:
             return self._from_rank0(dist, res)
         return res
+
+    def _served(self, key: tuple, named: dict[str, Any], opts: Options, args: tuple,
+                kwargs: dict) -> tuple[Key | None, Resolution | None]:
+        """The call's record key and what is served for it (None: a miss)."""
+        case = self.case_key(named)
+        if case is None:
+            return None, None
+        res = self._lookup(key, case, opts, kwargs)
+        if res is not None and res.provisional and opts.fallback is not Fallback.NEAREST:
+            res = None  # a nearest record is served only when the user asked for it
+        if res is not None and self.kernel_def is None:
+            res = self._check_served(key, case, res, args, kwargs)
+        return case, res
 
     def _name(self) -> str:
         kdef = self.kernel_def or self.undeclared
@@ -768,18 +844,23 @@ class Autotuner(TritonAutotuner):
         if not stored:
             return None  # a record of another config list: not this one's
         missing = [c for k, c in by_key.items() if k not in stored]
+        timings: dict[Config, list[float]] = {by_key[k]: [v / 1e3] * 3 for k, v in stored.items()}
+        self.configs_timings = timings
+        if not missing:
+            # The record timed this whole list (its winner is outside it): the fastest listed
+            # config by the record's own timings, measured and shared by nobody here.
+            best = builtins.min(timings, key=lambda c: timings[c][0])
+            return Resolution(best, res.source, provisional=False, found=found)
         t0 = time.time()
         measured = {c: self._bench(*args, config=c, **kwargs) for c in missing}
         self.bench_time = time.time() - t0
-        timings: dict[Config, list[float]] = {by_key[k]: [v / 1e3] * 3 for k, v in stored.items()}
         timings.update({c: _quantiles(t) for c, t in measured.items()})
         best = builtins.min(timings, key=lambda c: timings[c][0])
-        self.configs_timings = timings
-        self.pre_hook({**self.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
+        guard.users(self.pre_hook, {**self.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
         log.info("%s: measured %d config(s) the served record had not, for key %s", und.name,
                  len(missing), key)
-        self._share_undeclared(case, best, timings, args, kwargs)
-        source = res.source if canonical_key(best) == winner else Source.TUNED_HERE
+        self._share_undeclared(case, best, timings, args, kwargs, pruned[0])
+        source = Source.TUNED_HERE if best in measured else res.source
         return Resolution(best, source, provisional=False)
 
     def _near(self, case: Key) -> Near | None:
@@ -824,30 +905,34 @@ class Autotuner(TritonAutotuner):
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
 
+        definition = (self.undeclared.definition.as_json()
+                      if capture is not None and self.undeclared else None)
+
         def task() -> Found | None:
             found = BACKENDS.lookup(case, opts, near=near)
             if submit and (found is None or found.match is not Match.EXACT):
-                BACKENDS.submit_once(case, n_trials, opts, capture=capture,
-                                     definition=self.undeclared.definition.as_json()
-                                     if capture is not None and self.undeclared else None)
+                guard.guarded(case.kernel, "queuing a tuning job",
+                              lambda: BACKENDS.submit_once(case, n_trials, opts, capture=capture,
+                                                           definition=definition), None)
             return found
 
-        fut = _in_background(task)
+        # A lookup that may queue a job is waited for at exit: a short script's miss still
+        # queues its tuning.
+        fut = BACKENDS.in_background(task) if submit else _in_background(task)
         wait = 0.0 if time.monotonic() < BACKENDS.slow_until else opts.timeout_s
         try:
             found = fut.result(timeout=wait)
         except FutureTimeout:
             if wait > 0:
                 BACKENDS.slow_until = time.monotonic() + opts.retry_s
+            self._tell("slow", logging.INFO, "%s: the lookup for key %s did not answer within "
+                       "KS_AUTOTUNE_TIMEOUT_S=%g s", self._name(), key, opts.timeout_s)
             # Too slow for this call: whatever it finds later is adopted by a later call (unless
             # keys are pinned to their first answer: KS_AUTOTUNE_RECHECK_S=0, or ranks that
             # follow rank 0's broadcast).
             synced = opts.sync is Sync.BROADCAST and _distributed() is not None
             if opts.recheck_s > 0 and not synced:
                 fut.add_done_callback(lambda f: self._adopt(key, f, opts))
-            return None
-        except Exception as exc:
-            log.warning("config lookup for %s failed: %s", case.kernel, exc)
             return None
         return self._resolution_of(found, opts)
 
@@ -865,10 +950,15 @@ class Autotuner(TritonAutotuner):
                           next_check=time.monotonic() + opts.recheck_s, found=found)
 
     def _adopt(self, key: tuple, fut: Future, opts: Options) -> None:
-        """A late lookup's answer replaces a provisional one (never a tuned or exact one)."""
+        """A late lookup's answer replaces a provisional one (never a tuned or exact one); a
+        nearest answer only under KS_AUTOTUNE_FALLBACK=nearest (`first` runs the first config
+        until an exact record exists)."""
         try:
             new = self._resolution_of(fut.result(), opts)
-        except Exception:
+        except Exception as exc:
+            guard.failed(self._name(), "a late lookup", exc)
+            new = None
+        if new is not None and new.provisional and opts.fallback is not Fallback.NEAREST:
             new = None
         with self._lock:
             cur = self._resolved.get(key)
@@ -882,6 +972,8 @@ class Autotuner(TritonAutotuner):
             self._resolved[key] = new
             self.sources[key] = new.source
             self.cache[key] = new.config
+        log.info("%s: key %s now runs the %s config %s (a later lookup's answer)", self._name(),
+                 key, new.source.value, canonical(new.config))
 
     def _recheck(self, key: tuple, named: dict[str, Any], res: Resolution) -> None:
         """Look a provisional key up again in the background; the call goes on with what it has."""
@@ -902,9 +994,10 @@ class Autotuner(TritonAutotuner):
         if opts.fallback is Fallback.TUNE and len(pruned) > 1:
             config, cached = self._tune_here(key, pruned, args, kwargs)
             if case is not None and self.kernel_def is not None:
-                self._share(case, config, len(pruned), args)
+                guard.guarded(self._name(), "sharing the config tuned here",
+                              lambda: self._share(case, config, len(pruned), args), None)
             elif case is not None and not cached:
-                self._share_undeclared(case, config, self.configs_timings, args, kwargs)
+                self._share_undeclared(case, config, self.configs_timings, args, kwargs, pruned[0])
             return Resolution(config, Source.CACHED if cached else Source.TUNED_HERE,
                               provisional=False)
         return Resolution(pruned[0], Source.FIRST, provisional=case is not None,
@@ -922,8 +1015,8 @@ class Autotuner(TritonAutotuner):
             timings = {c: self._bench(*args, config=c, **kwargs) for c in pruned}
             self.bench_time = time.time() - t0
             self.cache[key] = builtins.min(timings, key=lambda c: timings[c])
-            self.pre_hook({**self.nargs, **kwargs, **self.cache[key].all_kwargs()},
-                          reset_only=True)
+            guard.users(self.pre_hook, {**self.nargs, **kwargs, **self.cache[key].all_kwargs()},
+                        reset_only=True)
             self.configs_timings = timings
 
         cached = False
@@ -937,11 +1030,13 @@ class Autotuner(TritonAutotuner):
         return self.cache[key], cached
 
     def _share_undeclared(self, case: Key, config: Config, timings: Mapping[Config, Any],
-                          args: tuple, kwargs: dict) -> None:
-        """Share what this process tuned for an undeclared kernel (`share_tuned`)."""
+                          args: tuple, kwargs: dict, first: Config) -> None:
+        """Share what this process tuned for an undeclared kernel (`share_tuned`, checked and
+        uploaded in the background)."""
         if self.undeclared is not None:
-            share_tuned(self, self.undeclared, case, config, timings, args, kwargs,
-                        run=self._run_forced)
+            guard.guarded(self._name(), "sharing the config tuned here",
+                          lambda: share_tuned(self, self.undeclared, case, config, timings, args,
+                                              kwargs, first), None)
 
     def _share(self, case: Key, config: Config, n_trials: int, args: tuple) -> None:
         """Store the config tuned here for everyone, once it passes the same gate and is timed

@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 
 from helion.autotuner.remote_cache import RemoteCacheBackend
 
+from kernelsearch.service import guard
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 LEFT_BEHIND_S = 10.0  # how long a request the caller stopped waiting for may still run
@@ -146,7 +148,7 @@ def _caller(kind: type) -> Any:
     when one did: it names the kernel, its arguments, its device and the autotuner's settings,
     which Helion's key and entry text do not all hold."""
     frame: FrameType | None = sys._getframe(2)
-    for _ in range(8):
+    for _ in range(12):
         if frame is None:
             return None
         obj = frame.f_locals.get("self")
@@ -275,6 +277,22 @@ class KernelsearchBackend(RemoteCacheBackend):
         """The exact text stored under Helion's cache key; None on a miss or any fault. Under
         KS_HELION_ON_MISS=default a miss the service answered queues a worker's tuning of the
         call and answers Helion's default config, which Helion then runs without tuning."""
+        return guard.guarded(f"helion entry {key[:12]}", "Helion's cache lookup",
+                             lambda: self._get(key), None)
+
+    def put(self, key: str, data: str) -> None:
+        """Store Helion's entry text under its key; dropped (logged) on any fault."""
+        guard.guarded(f"helion entry {key[:12]}", "sharing Helion's entry",
+                      lambda: self._put(key, data), None)
+
+    def list(self, max_results: int | None = None) -> Iterable[str]:
+        """The newest entries' texts, newest first, of the calling search's hardware when it
+        shows one (Helion's warm start keeps those of its hardware and specialization); empty on
+        any fault."""
+        return guard.guarded("helion", "listing Helion's entries", lambda: self._list(max_results),
+                             [])
+
+    def _get(self, key: str) -> str | None:
         c = CONNECTION
         cache = _miss_cache(key)
 
@@ -304,8 +322,7 @@ class KernelsearchBackend(RemoteCacheBackend):
 
         return c.call("get", fetch, None)
 
-    def put(self, key: str, data: str) -> None:
-        """Store Helion's entry text under its key; dropped (logged) on any fault."""
+    def _put(self, key: str, data: str) -> None:
         from helion.autotuner.base_cache import AutotuneCacheBase
 
         kernel, arg_names, checked = _kernel_facts(_caller(AutotuneCacheBase))
@@ -322,10 +339,7 @@ class KernelsearchBackend(RemoteCacheBackend):
 
         c.call("put", store, None)
 
-    def list(self, max_results: int | None = None) -> Iterable[str]:
-        """The newest entries' texts, newest first, of the calling search's hardware when it
-        shows one (Helion's warm start keeps those of its hardware and specialization); empty on
-        any fault."""
+    def _list(self, max_results: int | None = None) -> Iterable[str]:
         from helion.autotuner.base_search import BaseSearch
 
         limit = 100 if max_results is None else max(1, min(int(max_results), 1000))

@@ -11,7 +11,9 @@ store, then the service: `KS_DATABASE_URL`, `KS_SERVICE_URL`, with the decorator
 and back-off), and an entry Triton writes after benchmarking is shared as a record (the kernel's
 identity, Triton's tuning key as axes, the device, versions and every config's timings), after
 the same correctness check as the decorator's: the winner must write what the first config
-writes on the same call. Nothing here fails or delays a launch beyond `KS_AUTOTUNE_TIMEOUT_S`.
+writes on the same call (in the background, after the call). Nothing here fails or delays a
+launch beyond `KS_AUTOTUNE_TIMEOUT_S`: any fault of kernelsearch's is a miss (Triton benchmarks)
+or an entry not shared (`kernelsearch.service.guard`).
 
 Triton names neither the kernel nor the call to its cache manager, only a hash and a file name;
 the manager reads them from the autotuner's own `check_disk_cache` frame, which is on the stack
@@ -31,6 +33,8 @@ from typing import Any
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.autotuner import Config
 from triton.runtime.cache import FileCacheManager
+
+from kernelsearch.service import guard
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +135,8 @@ def served_entry(call: _Call) -> str | None:
 
 
 def share_entry(call: _Call, data: str) -> bool:
-    """Share an entry Triton wrote after benchmarking, as a record (through the acceptance gate)."""
+    """Share an entry Triton wrote after benchmarking, as a record (through the acceptance gate;
+    checked and uploaded in the background)."""
     from kernelsearch.kernels.configs import canonical_key
     from kernelsearch.service.autotune import share_tuned, undeclared_key
 
@@ -152,7 +157,8 @@ def share_entry(call: _Call, data: str) -> bool:
     winner = listed.get(canonical_key(chosen)) if chosen is not None else None
     if winner is None:
         winner = min(timings, key=lambda c: timings[c][0] if isinstance(timings[c], list) else timings[c])
-    return share_tuned(call.tuner, und, key, winner, timings, call.args, call.kwargs)
+    share_tuned(call.tuner, und, key, winner, timings, call.args, call.kwargs, call.configs[0])
+    return True
 
 
 class AutotuneCacheManager(FileCacheManager):
@@ -167,12 +173,9 @@ class AutotuneCacheManager(FileCacheManager):
         path = super().get_file(filename)
         if path is not None or self._plain or not filename.endswith(SUFFIX):
             return path
-        try:
-            call = _autotune_call()
-            data = served_entry(call) if call is not None else None
-        except Exception as exc:  # a lookup must never fail the launch
-            log.warning("kernelsearch autotune cache lookup failed: %s", exc)
-            data = None
+        call = guard.guarded(filename, "the autotune cache's lookup", _autotune_call, None)
+        data = (guard.guarded(call.tuner.base_fn.__name__, "the autotune cache's lookup",
+                              lambda: served_entry(call), None) if call is not None else None)
         if data is None:
             STATS.add("missed")
             return None
@@ -182,10 +185,9 @@ class AutotuneCacheManager(FileCacheManager):
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         path = super().put(data, filename, binary)
         if not self._plain and filename.endswith(SUFFIX):
-            try:
-                call = _autotune_call()
-                if call is not None and share_entry(call, str(data)):
-                    STATS.add("shared")
-            except Exception as exc:  # sharing must never fail the launch
-                log.warning("kernelsearch could not share an autotune entry: %s", exc)
+            call = guard.guarded(filename, "sharing an autotune entry", _autotune_call, None)
+            if call is not None and guard.guarded(call.tuner.base_fn.__name__,
+                                                  "sharing an autotune entry",
+                                                  lambda: share_entry(call, str(data)), False):
+                STATS.add("shared")
         return path

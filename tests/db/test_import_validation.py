@@ -61,7 +61,7 @@ STORE_LEVEL = [
     (_set("latency_min_us", -1.0), r"records\[1\]\.latency_min_us"),
     (_set("tuned_at", 0), r"records\[1\]\.tuned_at"),
     (_set("device", "G" * 201), r"records\[1\]\.device"),
-    (_set("kernel", "k" * 101), r"records\[1\]\.kernel"),
+    (_set("kernel", "k" * 1001), r"records\[1\]\.kernel"),
     (_set("torch_version", "2" * 65), r"records\[1\]\.torch_version"),
     (_set("source_hash", "a" * 129), r"records\[1\]\.source_hash"),
     (_set("study_name", "s" * 301), r"records\[1\]\.study_name"),

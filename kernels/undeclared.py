@@ -188,6 +188,12 @@ class UndeclaredKernel(KernelDef):
 
     definition: Definition
 
+    @property
+    def source_hash(self) -> str:  # type: ignore[override]
+        """The code's identity as the decorator computed it (Triton's JIT cache key, hashed):
+        what its records carry, and what a service compares them with."""
+        return self.definition.source_hash
+
     def work(self, axes: Mapping[str, Any]) -> float:
         """The product of the integer key values: an undeclared kernel declares no bytes."""
         return float(work_of(axes))

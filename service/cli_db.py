@@ -195,11 +195,22 @@ def records_import(
     if_empty: Annotated[
         bool, typer.Option("--if-empty", help="do nothing when the database already has records")
     ] = False,
+    all_or_nothing: Annotated[
+        bool, typer.Option("--all-or-nothing",
+                           help="import nothing when any entry cannot be imported")
+    ] = False,
     url: UrlOpt = None,
 ) -> None:
-    """Import records in one transaction; the same file twice changes nothing, a bad entry
-    (wrong types, or refused by the acceptance gate: not what its kernel declares, or not a
-    measurement) rejects the whole file. An entry that does not say its origin is an import."""
+    """Restore records (a backup made by `records export`): every entry passes the acceptance
+    gate (not what its kernel declares, or not a measurement: refused), the kernel definitions
+    the file carries are added where this database lacks them, and the same file twice changes
+    nothing. An entry that cannot be imported is listed by index and kernel while the others go
+    in, and the exit status is 1; --all-or-nothing imports nothing when any entry is bad. An
+    entry that does not say its origin is an import."""
+    from kernelsearch.db.store import doc_definitions
+
+    from .definitions import restore_definitions
+
     with _store(url) as store:
         try:
             if if_empty and store.has_records():
@@ -208,7 +219,13 @@ def records_import(
             from kernelsearch.search_space.acceptance import import_check
 
             doc = _read_doc(file)
-            report = store.import_records(doc, check=import_check)
+            new_defs, problems = restore_definitions(store, doc_definitions(doc))
+            if problems and all_or_nothing:
+                raise _fail(f"{file}: {problems[0]}")
+            report = store.import_records(doc, check=import_check, keep_going=not all_or_nothing)
+            kernels = doc_definitions(doc)
+            for name in new_defs:
+                store.save_definition(name, kernels[name])
         except StoreError as e:
             raise _fail(f"{file}: {e}") from None
     typer.echo(f"imported: {file}")
@@ -216,6 +233,14 @@ def records_import(
     typer.echo(f"superseded: {report.superseded}")
     typer.echo(f"unchanged: {report.unchanged}")
     typer.echo(f"trials added: {report.trials_added}")
+    typer.echo(f"kernel definitions added: {len(new_defs)}")
+    typer.echo(f"rejected: {len(report.rejected)}")
+    for p in problems:
+        typer.echo(f"error: {file}: {p}", err=True)
+    for r in report.rejected:
+        typer.echo(f"error: {file}: not imported (kernel {r.kernel!r}): {r.message}", err=True)
+    if report.rejected or problems:
+        raise typer.Exit(1)
 
 
 def _fmt_axes(axes: dict[str, int]) -> str:

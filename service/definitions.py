@@ -31,6 +31,31 @@ def register_definition(doc: Mapping[str, Any]) -> UndeclaredKernel:
     return kdef
 
 
+def restore_definitions(store: Any, docs: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """Register the store's definitions, then those of `docs` (a records document's `kernels`)
+    that the store lacks: an import gates and keeps the records of kernels this store never
+    saw. A stored definition wins over the document's (it is what this store's records were
+    gated by). Returns (the document's definitions to save once its records are in, a message
+    per definition that could not be registered, naming it)."""
+    load_definitions(store)
+    stored = set(store.kernel_definitions())
+    new, problems = [], []
+    for name, doc in docs.items():
+        if name in stored:
+            continue
+        if doc.get("name") != name:
+            problems.append(f"kernels[{name!r}]: the definition names another kernel, "
+                            f"{doc.get('name')!r}")
+            continue
+        try:
+            register_definition(doc)
+        except ValueError as exc:  # DefinitionConflict too
+            problems.append(f"kernels[{name!r}]: {exc}")
+            continue
+        new.append(name)
+    return new, problems
+
+
 def load_definitions(store: Any) -> int:
     """Register every definition the store keeps; returns how many. A bad one is skipped."""
     n = 0

@@ -3,6 +3,8 @@ service: one source identity, names of any length and script, every route and pa
 it (a 4xx saying why where it cannot serve), jobs from its stored capture."""
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -56,3 +58,63 @@ def test_a_record_of_this_code_is_the_same_version_everywhere(user_client: TestC
     assert "1 of 2 records were tuned under other" in page.text
     assert "kernel source 0the4c0de0000000" in page.text
     assert f"kernel source {SOURCE}" not in page.text
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from kernelsearch.service.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_export_then_import_is_a_backup_of_undeclared_kernels(user_client: TestClient, store: Store,
+                                                              make_db_url, tmp_path) -> None:
+    """An export carries the definitions its records need; an import restores every record into
+    a fresh store (a process that never saw the kernels) and into the same one, idempotently;
+    a record that cannot be imported is named while the others go in."""
+    from svc_helpers import KB, record
+
+    from kernelsearch.db.engine import upgrade
+
+    for i, name in enumerate((SHORT, LONG)):
+        store.upsert_best(und_record(name, 1024, 10.0 + i))
+        store.upsert_best(und_record(name, 1024, 8.0 + i, minutes=5))  # supersedes: history
+    store.upsert_best(record(KB, {"seq_len": 128}, 20.0))
+    backup = tmp_path / "backup.json"
+    got = _cli("records", "export", "--url", store.url, "--history", str(backup))
+    assert got.exit_code == 0, got.output
+    doc = json.loads(backup.read_text())
+    assert set(doc["kernels"]) == {SHORT, LONG} and doc["kernels"][LONG]["name"] == LONG
+    forget(SHORT, LONG)  # a fresh process: only the file knows the kernels
+    fresh = make_db_url("postgres" if store.url.startswith("postgresql") else "sqlite")
+    upgrade(fresh)
+    got = _cli("records", "import", "--url", fresh, str(backup))
+    assert got.exit_code == 0, got.output
+    assert "added: 5" in got.stdout and "rejected: 0" in got.stdout
+    with Store(fresh) as restored:
+        assert set(restored.kernel_definitions()) == {SHORT, LONG}
+        mine = {(r.kernel, r.latency_median_us, r.is_current)
+                for r in store.list_records(include_history=True)}
+        theirs = {(r.kernel, r.latency_median_us, r.is_current)
+                  for r in restored.list_records(include_history=True)}
+        assert theirs == mine and len(theirs) == 5
+    for url in (fresh, store.url):  # again, and into the store it came from: nothing changes
+        got = _cli("records", "import", "--url", url, str(backup))
+        assert got.exit_code == 0 and "added: 0" in got.stdout and "unchanged: 5" in got.stdout, got.output
+    # One entry the gate refuses (a config not in the kernel's list): named, the rest go in.
+    bad = copy.deepcopy(doc)
+    bad["records"][1]["config"] = {"BLOCK": 96, "num_warps": 4}
+    bad["records"][1]["tuned_at"] = "2026-12-01T00:00:00+00:00"
+    other = make_db_url("sqlite")
+    upgrade(other)
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    got = _cli("records", "import", "--url", other, str(tmp_path / "bad.json"))
+    assert got.exit_code == 1 and "added: 4" in got.stdout and "rejected: 1" in got.stdout
+    assert f"not imported (kernel {bad['records'][1]['kernel']!r}): records[1].config" in got.stderr
+    none = make_db_url("sqlite")
+    upgrade(none)
+    got = _cli("records", "import", "--url", none, "--all-or-nothing", str(tmp_path / "bad.json"))
+    assert got.exit_code == 1 and "records[1].config" in got.stderr
+    with Store(none) as nothing:
+        assert nothing.list_records(include_history=True) == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient

@@ -171,6 +171,8 @@ class KernelDefinitions(Protocol):
 
     def kernel_definitions(self) -> dict[str, dict[str, Any]]: ...
 
+    def kernel_captures(self, kernel: str, limit: int = 1000) -> list[tuple[dict[str, Any], dict[str, Any]]]: ...
+
 
 @runtime_checkable
 class HelionEntries(Protocol):

@@ -50,20 +50,48 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _refuse_missing_file(url: str) -> None:
-    """A SQLite URL naming no existing file: exit 1 instead of creating an empty database (only
-    `db upgrade` creates one)."""
+def _missing_file(url: str) -> str | None:
+    """Why a SQLite URL names no existing file (opening it would create an empty database; only
+    `db upgrade` creates one), or None."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        return  # make_engine says what is wrong with it
+        return None  # make_engine says what is wrong with it
     db = parsed.database
     if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
-        return
+        return None
     path = Path(db).expanduser()
     if not path.exists():
-        raise _fail(f"no database at {path}; run `kernelsearch db upgrade` to create it "
-                    f"(--url {_shown(url)})")
+        return (f"no database at {path}; run `kernelsearch db upgrade` to create it "
+                f"(--url {_shown(url)})")
+    return None
+
+
+def _refuse_missing_file(url: str) -> None:
+    """A SQLite URL naming no existing file: exit 1 instead of creating an empty database."""
+    why = _missing_file(url)
+    if why is not None:
+        raise _fail(why)
+
+
+def load_user_kernels(url: str | None) -> str | None:
+    """Register the undeclared kernels the database keeps (what `@kernelsearch.autotune`
+    registered with the service), so that `kernels`, `tune` and `records` know them as the
+    service does. Returns why none could be read (no database, unreachable, schema behind), or
+    None; never exits: a command that needs no database still runs."""
+    from .definitions import load_definitions
+
+    target = _url(url)
+    why = _missing_file(target)
+    if why is not None:
+        return why
+    try:
+        with Store(target) as store:
+            check_schema(store.engine)
+            load_definitions(store)
+    except (StoreError, ValueError) as e:
+        return str(e)
+    return None
 
 
 @contextmanager

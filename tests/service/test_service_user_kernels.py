@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
 from svc_helpers import settings_for
-from user_kernels import DEVICE, LONG, SHORT, SOURCE, axes, definition, forget, und_record
+from user_kernels import (CONFIGS, DEVICE, LONG, SHORT, SOURCE, axes, capture, definition, forget,
+                          und_record)
 
 from kernelsearch.db.store import Store
 from kernelsearch.db.views import WORKER_VERSIONS
@@ -117,3 +119,65 @@ def test_export_then_import_is_a_backup_of_undeclared_kernels(user_client: TestC
     assert got.exit_code == 1 and "records[1].config" in got.stderr
     with Store(none) as nothing:
         assert nothing.list_records(include_history=True) == []
+
+
+@pytest.mark.parametrize("name", [SHORT, LONG], ids=["non-ascii", "long"])
+def test_every_route_knows_an_undeclared_kernel(user_client: TestClient, store: Store, name: str) -> None:
+    """Each route and page that takes a kernel answers an undeclared one by its full name,
+    URL-encoded in a path or a query; none answers 5xx."""
+    store.upsert_best(und_record(name, 1024, 10.0))
+    seg = quote(name, safe="")
+    assert name in [k["name"] for k in user_client.get("/v1/kernels").json()]
+    got = user_client.get(f"/v1/kernels/{seg}")
+    assert got.status_code == 200 and got.json()["name"] == name, got.text
+    assert [a["name"] for a in got.json()["axes"]] == ["n", "x_ptr.dtype", "y_ptr.dtype"]
+    assert user_client.get(f"/v1/kernels/{seg}/cases").json() == []
+    got = user_client.get("/v1/records", params={"kernel": name})
+    assert got.status_code == 200 and [r["kernel"] for r in got.json()] == [name], got.text
+    case = {"kernel": name, "device": DEVICE, **axes(1024)}
+    for path, params in (("/", {"kernel": name}), (f"/kernels/{seg}", {}), ("/case", case),
+                         ("/jobs", {"kernel": name})):
+        got = user_client.get(path, params=params)
+        assert got.status_code == 200 and name in got.text, (path, got.status_code, got.text[:300])
+    assert f'href="/kernels/{seg}"' in user_client.get("/", params={"kernel": name}).text
+    assert user_client.get("/helion", params={"kernel": name}).status_code < 500
+
+
+def test_the_kernel_page_of_an_undeclared_kernel(user_client: TestClient, store: Store) -> None:
+    """Its keys, configs and every config's time per key; no suite, bytes or float64 reference."""
+    store.upsert_best(und_record(SHORT, 1024, 10.0))
+    html = user_client.get(f"/kernels/{quote(SHORT, safe='')}").text
+    assert 'id="undeclared"' in html and "módulo.ядро" in html and SOURCE in html
+    assert html.count("<li><code>{&#34;BLOCK&#34;:") == len(CONFIGS)
+    assert 'id="config-timings"' in html and ">15 µs<" in html and "10 µs ★" in html
+    for absent in ("float64 reference", "work (bytes)", "suite cases", "no PyTorch reference"):
+        assert absent not in html, absent
+    # No call is stored: no case is offered to a job, and the page says why.
+    assert "No call of it is stored yet" in html and 'value="all"' not in html
+
+
+def test_jobs_of_an_undeclared_kernel_are_4xx_when_they_cannot_be_served(user_client: TestClient,
+                                                                        store: Store) -> None:
+    """A job tunes one key on a call stored for it: "all", a key with no stored call, several
+    keys are a 422 saying why; a job without a capture tunes on the stored one."""
+    def submit(**body):
+        return user_client.post("/v1/jobs", json={"kernel": SHORT, "n_trials": 2, **body})
+
+    got = submit(cases="all")
+    assert got.status_code == 422 and "no suite" in got.text and "no call of it is stored" in got.text
+    got = submit(cases=[axes(1024)])
+    assert got.status_code == 422 and "no call of it for this case is stored" in got.text
+    first = submit(cases=[axes(1024)], capture=capture(1024))
+    assert first.status_code == 202, first.text
+    user_client.post(f"/v1/jobs/{first.json()['id']}/cancel")
+    again = submit(cases=[axes(1024)], n_trials=3)
+    assert again.status_code == 202 and again.json()["existing"] is False, again.text
+    assert store.get_job(again.json()["id"]).capture == capture(1024)
+    got = submit(cases=[axes(4096)])
+    assert got.status_code == 422 and "n=1024, x_ptr.dtype=float32" in got.text, got.text
+    got = submit(cases=[axes(1024), axes(4096)])
+    assert got.status_code == 422 and "one case" in got.text
+    html = user_client.get(f"/kernels/{quote(SHORT, safe='')}").text
+    assert "(no call stored to tune on)" not in html and "No call of it is stored yet" not in html
+    assert f"kernelsearch tune {SHORT} --case n=1024" in html
+    assert user_client.get(f"/jobs/{again.json()['id']}").status_code == 200

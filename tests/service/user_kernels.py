@@ -57,3 +57,15 @@ def forget(*names: str) -> None:
             registry.unregister(n)
         except KeyError:
             pass
+
+
+def capture(n: int) -> dict[str, Any]:
+    """The call of the kernel on `n` float32 elements as the decorator captures it for a job:
+    each argument's kind, and the grid of each config."""
+    from kernelsearch.kernels.capture import CAPTURE_VERSION
+
+    tensor = {"kind": "tensor", "shape": [n], "strides": [1], "dtype": "float32"}
+    return {"version": CAPTURE_VERSION,
+            "args": [{"name": "x_ptr", **tensor}, {"name": "y_ptr", **tensor},
+                     {"name": "n", "kind": "scalar", "value": n}],
+            "grids": [[max(1, n // c["BLOCK"]), 1, 1] for c in CONFIGS]}

@@ -239,7 +239,7 @@ def tune(
     unread = load_user_kernels(url)
     # An undeclared kernel is tuned on the calls stored with its earlier jobs: one per case.
     calls = _stored_calls(kernel, case, url, unread)
-    cases = list(calls) if calls is not None else _cases(kernel, case, all_)
+    cases = [a for a, _ in calls] if calls is not None else _cases(kernel, case, all_)
     if calls is not None:
         _use_call(kernel, calls[0])
     try:

@@ -183,22 +183,27 @@ def test_jobs_of_an_undeclared_kernel_are_4xx_when_they_cannot_be_served(user_cl
     assert user_client.get(f"/jobs/{again.json()['id']}").status_code == 200
 
 
-def test_the_cli_knows_an_undeclared_kernel(user_client: TestClient, store: Store, monkeypatch) -> None:
+def test_the_cli_knows_an_undeclared_kernel(user_client: TestClient, store: Store) -> None:
     """`kernels NAME`, `records list --kernel NAME` and `tune NAME` read the definitions the
     database keeps (a fresh process never saw the kernel): tune says why it cannot run rather
     than failing."""
     store.upsert_best(und_record(LONG, 1024, 10.0))
     forget(SHORT, LONG)  # a fresh process
-    monkeypatch.setenv("KS_DATABASE_URL", store.url)
-    got = _cli("kernels")
+    url = ("--url", store.url)
+    got = _cli("kernels", *url)
     assert got.exit_code == 0 and SHORT in got.stdout and LONG in got.stdout, got.output
-    got = _cli("kernels", LONG)
+    got = _cli("kernels", LONG, *url)
     assert got.exit_code == 0, got.output
     assert f"source: {SOURCE}" in got.stdout and "key: n\tan integer" in got.stdout
     assert got.stdout.count("config: ") == len(CONFIGS) and "problem:" not in got.stdout
-    assert json.loads(_cli("kernels", SHORT, "--json").stdout)["undeclared"]["name"] == SHORT
-    got = _cli("records", "list", "--kernel", LONG)
+    assert json.loads(_cli("kernels", SHORT, "--json", *url).stdout)["undeclared"]["name"] == SHORT
+    got = _cli("records", "list", "--kernel", LONG, *url)
     assert got.exit_code == 0 and got.stdout.count(LONG) == 1, got.output
+    got = _cli("bench", LONG)
+    assert got.exit_code == 2 and "is an undeclared kernel" in got.output, got.output
+    got = _cli("records", "delete", "--url", store.url, "--kernel", LONG, "--device", DEVICE,
+               "--case", "n=1024,x_ptr.dtype=float32,y_ptr.dtype=float32")
+    assert got.exit_code == 0 and "now current: none" in got.stdout, got.output
     got = _cli("tune", SHORT, "--url", store.url)
     assert got.exit_code == 2 and "no call of it is stored to tune on" in got.stderr, got.output
     store.queue_job(SHORT, [axes(1024)], 2, "grid", capture=capture(1024))

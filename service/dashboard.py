@@ -191,6 +191,8 @@ def _groups(records: list[dict[str, Any]], reported: Mapping[str, Mapping[str, A
         out.append({"kernel": kernel, "device": device, "rows": rows, "chart": chart,
                     "kernel_url": kernel_url(kernel) if _kernel_or_none(kernel) else None,
                     "n_drift": sum(1 for r in rows if r["drift"]),
+                    # An undeclared kernel declares no bytes: its size is its key's product.
+                    "undeclared": isinstance(_kernel_or_none(kernel), UndeclaredKernel),
                     "has_reference": all(r["has_reference"] for r in rows)})
     return out
 

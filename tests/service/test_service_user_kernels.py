@@ -58,6 +58,7 @@ def test_a_record_of_this_code_is_the_same_version_everywhere(user_client: TestC
     assert page.status_code == 200, page.text
     assert "1 of 2 records were tuned under other" in page.text
     assert "kernel source 0the4c0de0000000" in page.text
+    assert "size (key product)" in page.text and "work (bytes)" not in page.text
     assert f"kernel source {SOURCE}" not in page.text
 
 

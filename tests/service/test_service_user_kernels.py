@@ -137,11 +137,17 @@ def test_every_route_knows_an_undeclared_kernel(user_client: TestClient, store: 
     assert got.status_code == 200 and [r["kernel"] for r in got.json()] == [name], got.text
     case = {"kernel": name, "device": DEVICE, **axes(1024)}
     for path, params in (("/", {"kernel": name}), (f"/kernels/{seg}", {}), ("/case", case),
-                         ("/jobs", {"kernel": name})):
+                         (f"/kernels/{seg}", axes(1024)), ("/jobs", {"kernel": name})):
         got = user_client.get(path, params=params)
         assert got.status_code == 200 and name in got.text, (path, got.status_code, got.text[:300])
     assert f'href="/kernels/{seg}"' in user_client.get("/", params={"kernel": name}).text
     assert user_client.get("/helion", params={"kernel": name}).status_code < 500
+    # Past the bound: a 4xx naming it, never a 5xx.
+    too_long = name + "x" * 1000
+    got = user_client.post("/v1/kernels", json=definition(too_long))
+    assert got.status_code == 422 and "name" in got.text, got.text
+    assert user_client.get(f"/v1/kernels/{quote(too_long, safe='')}").status_code == 404
+    assert user_client.get("/v1/best", params={**case, "kernel": too_long}).status_code == 404
 
 
 def test_the_kernel_page_of_an_undeclared_kernel(user_client: TestClient, store: Store) -> None:

@@ -297,7 +297,8 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- pages
 
 
-def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int | None, bool]:
+def _case_args(store: ServiceStore, query: Mapping[str, str]
+               ) -> tuple[str, str, dict[str, int], int | None, bool]:
     q = dict(query)
     kernel, device = q.pop("kernel", ""), q.pop("device", "")
     job, failed = q.pop("job", None), q.pop("failed", None)
@@ -305,7 +306,7 @@ def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int 
         raise PageError(422, "a case page needs kernel, device and the case's axes")
     if any(ord(ch) < 32 for ch in device):
         raise PageError(422, "device: control characters are not allowed")
-    k = _get_kernel(kernel)
+    k = _get_kernel(kernel, store)
     try:
         axes = k.validate_axes(q)
     except ValueError as exc:
@@ -315,7 +316,12 @@ def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int 
     return k.name, device, axes, int(job) if job is not None else None, failed == "1"
 
 
-def _get_kernel(name: str) -> kernels.KernelDef:
+def _get_kernel(name: str, store: ServiceStore) -> kernels.KernelDef:
+    """The page's kernel, one of the store's undeclared kernels included (another process may
+    have registered it); PageError 404 otherwise."""
+    from .definitions import known_or_reloaded
+
+    known_or_reloaded(store, name)
     k = _kernel_or_none(name)
     if k is None:
         raise PageError(404, f"no kernel {name!r}")
@@ -333,7 +339,7 @@ def _study_links(store: ServiceStore, settings: Settings, names: list[str]) -> l
 
 def render_case(store: ServiceStore, settings: Settings, query: Mapping[str, str]) -> str:
     """The case page; `query` holds kernel, device, the case's axes, and the job/failed filters."""
-    kernel, device, axes, job, failed_only = _case_args(query)
+    kernel, device, axes, job, failed_only = _case_args(store, query)
     label = _axes_label(axes)
     reported = reported_versions(store)
     records = [_decorate(record_json(r), reported) for r in store.record_history(kernel, device, axes)]
@@ -397,6 +403,10 @@ def render(store: ServiceStore, settings: Settings, embedded_worker: bool,
     and a short summary of the jobs (all of them are on /jobs)."""
     kernel = _one(query or {}, "kernel")
     records = [record_json(r) for r in store.list_records(kernel=kernel)]
+    if kernel is not None:
+        from .definitions import known_or_reloaded
+
+        known_or_reloaded(store, kernel)
     if kernel is not None and not records and _kernel_or_none(kernel) is None:
         raise PageError(404, f"no kernel {kernel!r}")
     groups = _groups(records, reported_versions(store))
@@ -442,7 +452,7 @@ def render_kernel(store: ServiceStore, settings: Settings, name: str, query: Map
     """One kernel: its axes and parameters, the devices with its records, each case's best
     record per device, a latency chart per device, and the tune action (query arguments that
     are the kernel's axes preselect the case to tune)."""
-    k = _get_kernel(name)
+    k = _get_kernel(name, store)
     chosen = None
     if query:
         try:

@@ -4,12 +4,23 @@ kept in the store (so every other service process and a restart know it too)."""
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
+import weakref
 from typing import Any, Mapping
 
 from kernelsearch.kernels import registry
 from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel, kernel_def
 
 log = logging.getLogger(__name__)
+
+# How often a service process reads the store's definitions again when asked for a kernel it
+# does not know (one another process registered, or an import added): at most once per store
+# in this many seconds, so a name no one defined costs no read per request.
+RELOAD_S = 10.0
+_reloaded: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+_reload_lock = threading.Lock()
 
 
 class DefinitionConflict(ValueError):
@@ -66,3 +77,18 @@ def load_definitions(store: Any) -> int:
         except ValueError as exc:
             log.warning("stored definition of %s not registered: %s", name, exc)
     return n
+
+
+def known_or_reloaded(store: Any, name: str) -> bool:
+    """Whether `name` is a registered kernel, once the store's definitions are registered again
+    when it is not (throttled: RELOAD_S). A database that cannot be read raises its
+    StoreUnavailable (the route's 503)."""
+    if name in registry.all_kernels():
+        return True
+    now = time.monotonic()
+    with _reload_lock:
+        if now - _reloaded.get(store, -math.inf) < RELOAD_S:
+            return False
+        _reloaded[store] = now
+    load_definitions(store)
+    return name in registry.all_kernels()

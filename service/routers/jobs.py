@@ -30,7 +30,7 @@ def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) 
     """Queue a tuning job; a worker claims it. 202 with the job as queued and `"existing":
     false`; when an identical job is already queued or running, 202 with that job and
     `"existing": true` (a retried submit stays harmless: the trials are not added twice)."""
-    k = kernel_or_404(body.kernel)
+    k = kernel_or_404(body.kernel, store)
     if body.n_trials > settings.max_trials_per_job:
         raise HTTPException(422, f"n_trials: at most {settings.max_trials_per_job} per job "
                                  f"(KS_MAX_TRIALS_PER_JOB), got {body.n_trials}")

@@ -218,3 +218,21 @@ def test_the_cli_knows_an_undeclared_kernel(user_client: TestClient, store: Stor
     assert got.exit_code == 2 and "cases with one: n=1024" in got.stderr, got.output
     got = _cli("tune", SHORT, "--url", store.url, "--trials", "2")
     assert got.exit_code == 2 and "kernel module 'módulo' is not usable" in got.stderr, got.output
+
+
+def test_a_kernel_another_process_registered_is_known(client: TestClient, store: Store) -> None:
+    """A definition stored after this service started (by another service process, or an
+    import) is read on the first request that names the kernel."""
+    forget(SHORT)
+    try:
+        store.save_definition(SHORT, definition(SHORT))
+        store.upsert_best(und_record(SHORT, 1024, 10.0))
+        assert _best(client, SHORT, 1024)["same_versions"] is True
+        assert client.get(f"/v1/kernels/{quote(SHORT, safe='')}").status_code == 200
+        forget(SHORT)  # again unknown here: the pages read it too, once the throttle allows
+        from kernelsearch.service import definitions
+
+        definitions._reloaded.clear()
+        assert client.get(f"/kernels/{quote(SHORT, safe='')}").status_code == 200
+    finally:
+        forget(SHORT)

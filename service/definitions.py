@@ -10,6 +10,7 @@ import time
 import weakref
 from typing import Any, Mapping
 
+from kernelsearch.db.errors import StoreError
 from kernelsearch.kernels import registry
 from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel, kernel_def
 
@@ -81,8 +82,8 @@ def load_definitions(store: Any) -> int:
 
 def known_or_reloaded(store: Any, name: str) -> bool:
     """Whether `name` is a registered kernel, once the store's definitions are registered again
-    when it is not (throttled: RELOAD_S). A database that cannot be read raises its
-    StoreUnavailable (the route's 503)."""
+    when it is not (throttled: RELOAD_S). A database that cannot be read leaves the kernels as
+    they are (the route answers from what this process knows)."""
     if name in registry.all_kernels():
         return True
     now = time.monotonic()
@@ -90,5 +91,8 @@ def known_or_reloaded(store: Any, name: str) -> bool:
         if now - _reloaded.get(store, -math.inf) < RELOAD_S:
             return False
         _reloaded[store] = now
-    load_definitions(store)
+    try:
+        load_definitions(store)
+    except StoreError as exc:
+        log.info("stored definitions not read: %s", exc)
     return name in registry.all_kernels()

@@ -92,7 +92,10 @@ async def _known_kernel(name: str | None, lookups: Any, timeout_s: float, pool: 
     try:
         kernels.get_kernel(name)
     except KeyError:
-        await bounded(known_or_reloaded, lookups, name, timeout_s=timeout_s, pool=pool)
+        try:
+            await bounded(known_or_reloaded, lookups, name, timeout_s=timeout_s, pool=pool)
+        except dberr.StoreUnavailable:
+            pass  # a slow database: the name is answered as this process knows it
 
 
 def _parameters() -> list[dict[str, Any]]:

@@ -236,3 +236,14 @@ def test_a_kernel_another_process_registered_is_known(client: TestClient, store:
         assert client.get(f"/kernels/{quote(SHORT, safe='')}").status_code == 200
     finally:
         forget(SHORT)
+
+
+def test_a_long_kernel_names_a_study_its_columns_hold() -> None:
+    """A study's name holds the kernel's: past the columns' width it keeps a readable prefix
+    and a hash of the whole, stable and distinct for kernels that differ only at the end."""
+    from kernelsearch.search_space.tuner import STUDY_NAME_CHARS, study_name
+
+    a, b = (study_name(LONG + tail, axes(1024), DEVICE) for tail in ("_a", "_b"))
+    assert len(a) == len(b) == STUDY_NAME_CHARS and a != b
+    assert a.startswith(f"ks/{LONG[:100]}") and a == study_name(LONG + "_a", axes(1024), DEVICE)
+    assert study_name(SHORT, axes(8), DEVICE).startswith(f"ks/{SHORT}/n=8,")

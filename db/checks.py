@@ -4,6 +4,7 @@ Python's `bool` is an `int` (`True == 1`), so every count and number check refus
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -36,6 +37,39 @@ def check_name(v: Any, arg: str) -> str:
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"{arg}: expected a non-empty string, got {v!r}")
     return v
+
+
+# A kernel's name is its module path and qualified name (`pkg.mod.Class.kernel`): any length a
+# Python program gives it, within this bound (kernels.undeclared.MAX_NAME_CHARS is the same).
+# The store keys a kernel by `kernel_key(name)`, so no index holds the name itself.
+KERNEL_NAME_CHARS = 1000
+
+
+def kernel_key(name: str) -> str:
+    """The fixed-width key the store finds a kernel by: the SHA-256 of its full name (UTF-8),
+    so a name of any length or script is unique under a bounded index (PostgreSQL's btree
+    refuses entries past ~2.7 kB)."""
+    return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def check_kernel_name(v: Any, arg: str = "kernel") -> str:
+    """A kernel's name: non-empty text of at most KERNEL_NAME_CHARS characters, no control
+    character (PostgreSQL refuses NUL), any script."""
+    if (not isinstance(v, str) or not v.strip() or len(v) > KERNEL_NAME_CHARS
+            or any(ord(ch) < 32 for ch in v)):
+        raise ValueError(f"{arg}: expected a kernel name of 1..{KERNEL_NAME_CHARS} printable "
+                         f"characters, got {v[:80] if isinstance(v, str) else v!r}")
+    return v
+
+
+def bounded_name(text: str, width: int) -> str:
+    """`text` when it fits `width` characters, else a readable prefix and a hash of the whole
+    (stable, and distinct for distinct texts): for names derived from a kernel's name (a
+    study's) that must fit a bounded column of their own."""
+    if len(text) <= width:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{text[:width - len(digest) - 1]}~{digest}"
 
 
 def check_status(status: str | None, arg: str, allowed: tuple[str, ...] = JOB_STATUSES) -> None:

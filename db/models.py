@@ -28,6 +28,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from .checks import KERNEL_NAME_CHARS, kernel_key
 from .statuses import JOB_STATUSES, JobStatus, RecordOrigin
 
 # Stable constraint names: Alembic's batch mode on SQLite and later migrations need them.
@@ -94,14 +95,24 @@ class Device(Base):
 
 
 class Kernel(Base):
+    """A kernel by its full name (`module.qualname` for an undeclared one, any script and up to
+    checks.KERNEL_NAME_CHARS long), found by `name_key` (checks.kernel_key of the name): an index
+    over the name itself would refuse a long one on PostgreSQL."""
+
     __tablename__ = "ks_kernels"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(100), unique=True)
+    name: Mapped[str] = mapped_column(String(KERNEL_NAME_CHARS))
+    name_key: Mapped[str] = mapped_column(String(64), unique=True)
     # An undeclared kernel's definition (kernels.undeclared.Definition as JSON): what the service
     # lists, gates and serves it by without importing the user's module. None: a declared kernel.
     definition: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+def kernel_named(name: str) -> Any:
+    """The WHERE clause for the kernel of this full name (through its indexed key)."""
+    return Kernel.name_key == kernel_key(name)
 
 
 class Case(Base):

@@ -11,13 +11,13 @@ from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
 from .repos import DeviceRepo, HelionRepo, JobRepo, KernelRepo, RecordRepo, TransferRepo, TrialRepo
 from .views import ImportReport, JobView, RecordFields, RecordIn, RecordView, TrialIn
 from .wire import (EXPORT_SCHEMA, EXPORT_VERSION, IMPORT_VERSIONS, AxisValue, DeviceInfoDoc,
-                   EntryCheck, RecordDoc, TrialDoc, parse_records_doc)
+                   EntryCheck, RecordDoc, TrialDoc, doc_definitions, parse_records_doc)
 
 __all__ = [
     "Store", "axes_key", "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "ImportReport",
     "JobView", "RecordFields", "RecordIn", "RecordView", "TrialIn", "EXPORT_SCHEMA",
     "EXPORT_VERSION", "IMPORT_VERSIONS", "AxisValue", "DeviceInfoDoc", "EntryCheck", "RecordDoc",
-    "TrialDoc", "parse_records_doc",
+    "TrialDoc", "doc_definitions", "parse_records_doc",
 ]
 
 

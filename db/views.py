@@ -145,9 +145,21 @@ class ImportReport:
     superseded: int = 0
     unchanged: int = 0
     trials_added: int = 0
+    # Entries not imported (an import that keeps going past a bad entry): where and why.
+    rejected: list[Rejection] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One entry of a records document that was not imported: its index in `records`, its
+    kernel's name (as the entry gives it, when it gives one) and why."""
+
+    index: int
+    kernel: str | None
+    message: str
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,13 @@ from .errors import ImportRejected
 from .models import TIMING_METHODS, Case, Device, Kernel, Record
 from .portable import dotted, first_unportable
 from .statuses import RECORD_ORIGINS, TRIAL_STATES, RecordOrigin, TrialStatus
-from .views import RecordFields, RecordIn, RecordView, TrialIn, field_specs
+from .views import RecordFields, RecordIn, RecordView, Rejection, TrialIn, field_specs
 
 EXPORT_SCHEMA = "kernelsearch.records"
-# Version 2 adds each record's trials and its references' latencies; version 1 still imports.
-EXPORT_VERSION = 2
-IMPORT_VERSIONS = (1, 2)
+# Version 2 adds each record's trials and its references' latencies; version 3 the definitions
+# of the undeclared kernels its records are of (`kernels`, by name); versions 1 and 2 still import.
+EXPORT_VERSION = 3
+IMPORT_VERSIONS = (1, 2, 3)
 EXPORT_MESSAGE_CHARS = 2000
 INT32_MAX = 2**31 - 1  # Integer columns on PostgreSQL
 INT64_MAX = 2**63 - 1  # BigInteger columns
@@ -272,8 +273,31 @@ def validated_record(rec: RecordIn) -> RecordIn:
 EntryCheck = Callable[[RecordIn], None]
 
 
-def parse_records_doc(doc: Any, *, check: EntryCheck | None = None) -> list[RecordIn]:
-    """Validate an export document whole; ImportRejected names the first bad entry and field."""
+def doc_definitions(doc: Any) -> dict[str, dict[str, Any]]:
+    """The kernel definitions a records document carries (version 3's `kernels`), by name;
+    ImportRejected when the field is not an object of objects. Each definition's own fields
+    are the kernels layer's to check (kernels.undeclared.Definition.from_json)."""
+    got = doc.get("kernels", {}) if isinstance(doc, dict) else {}
+    if not isinstance(got, dict) or not all(isinstance(k, str) and isinstance(v, dict)
+                                            for k, v in got.items()):
+        raise ImportRejected("document: 'kernels' must map kernel names to definitions",
+                             field="kernels")
+    bad = first_unportable(got, ("kernels",))
+    if bad is not None:
+        raise ImportRejected(f"{dotted(bad[0])}: {bad[1]}", field=dotted(bad[0]))
+    return got
+
+
+def _entry_kernel(entry: Any) -> str | None:
+    k = entry.get("kernel") if isinstance(entry, dict) else None
+    return k if isinstance(k, str) else None
+
+
+def parse_records_doc(doc: Any, *, check: EntryCheck | None = None,
+                      rejected: list[Rejection] | None = None) -> list[RecordIn]:
+    """Validate an export document; ImportRejected names the first bad entry and field. With
+    `rejected`, a bad entry is appended there (index, kernel, why) and the others are returned;
+    a document that is not a records document at all still raises."""
     if not isinstance(doc, dict):
         raise ImportRejected(f"document: expected a JSON object, got {type(doc).__name__}")
     if doc.get("schema") != EXPORT_SCHEMA:
@@ -290,26 +314,38 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None) -> list[Reco
     entries = doc.get("records")
     if not isinstance(entries, list):
         raise ImportRejected("document: 'records' must be a list", field="records")
+    doc_definitions(doc)
     out: list[RecordIn] = []
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise ImportRejected(f"records[{i}]: expected an object", index=i)
-        bad = first_unportable(entry, ("records", i))
-        if bad is not None:
-            loc, why = bad
-            raise ImportRejected(f"{dotted(loc)}: {why}", index=i, field=dotted(loc[2:]) or None)
-        # A file's entry that does not say where it came from came from the file.
-        entry = entry if "origin" in entry else {**entry, "origin": RecordOrigin.IMPORT.value}
+        if rejected is None:
+            out.append(_parse_entry(i, entry, check))
+            continue
         try:
-            rec = RecordDoc.model_validate(entry).to_record_in()
-        except ValidationError as e:
-            path, msg = first_error(e)
-            raise ImportRejected(f"records[{i}].{path}: {msg}", index=i, field=path) from None
-        if check is not None:
-            try:
-                check(rec)
-            except ImportRejected as e:
-                where = e.field or "(entry)"
-                raise ImportRejected(f"records[{i}].{where}: {e}", index=i, field=e.field) from None
-        out.append(rec)
+            out.append(_parse_entry(i, entry, check))
+        except ImportRejected as e:
+            rejected.append(Rejection(index=i, kernel=_entry_kernel(entry), message=str(e)))
     return out
+
+
+def _parse_entry(i: int, entry: Any, check: EntryCheck | None) -> RecordIn:
+    """One entry of `records` as a RecordIn; ImportRejected names the entry and field."""
+    if not isinstance(entry, dict):
+        raise ImportRejected(f"records[{i}]: expected an object", index=i)
+    bad = first_unportable(entry, ("records", i))
+    if bad is not None:
+        loc, why = bad
+        raise ImportRejected(f"{dotted(loc)}: {why}", index=i, field=dotted(loc[2:]) or None)
+    # A file's entry that does not say where it came from came from the file.
+    entry = entry if "origin" in entry else {**entry, "origin": RecordOrigin.IMPORT.value}
+    try:
+        rec = RecordDoc.model_validate(entry).to_record_in()
+    except ValidationError as e:
+        path, msg = first_error(e)
+        raise ImportRejected(f"records[{i}].{path}: {msg}", index=i, field=path) from None
+    if check is not None:
+        try:
+            check(rec)
+        except ImportRejected as e:
+            where = e.field or "(entry)"
+            raise ImportRejected(f"records[{i}].{where}: {e}", index=i, field=e.field) from None
+    return rec

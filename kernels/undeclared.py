@@ -33,6 +33,20 @@ LOW_PRECISION_RTOL = 0.1  # float8 and other narrow floats
 
 
 NO_TENSOR = "none"  # a tensor argument passed as None (an optional input or output)
+# A kernel's name is its module path and qualified name, of any script: as long as a Python
+# program makes it, within this bound (the store's, db.checks.KERNEL_NAME_CHARS, is the same).
+MAX_NAME_CHARS = 1000
+
+
+def check_name_text(v: object, what: str) -> str:
+    """A kernel's name, module or qualified name: 1..MAX_NAME_CHARS characters, none of them a
+    control character; ValueError naming `what` otherwise."""
+    if (not isinstance(v, str) or not v.strip() or len(v) > MAX_NAME_CHARS
+            or any(ord(ch) < 32 for ch in v)):
+        shown = v[:80] + "..." if isinstance(v, str) and len(v) > 80 else v
+        raise ValueError(f"{what}: expected 1..{MAX_NAME_CHARS} printable characters "
+                         f"(a Python module path and qualified name), got {shown!r}")
+    return v
 
 
 def dtype_names() -> tuple[str, ...]:
@@ -74,8 +88,8 @@ class Definition:
     search_space: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.name or not isinstance(self.name, str) or len(self.name) > 100:
-            raise ValueError(f"name: a non-empty kernel name of at most 100 characters, got {self.name!r}")
+        for what in ("name", "module", "qualname"):
+            check_name_text(getattr(self, what), what)
         if not self.configs:
             raise ValueError("configs: an undeclared kernel needs at least one config")
         for k in self.key:
@@ -121,8 +135,11 @@ class Definition:
             raise ValueError("configs: expected a non-empty list of non-empty objects")
         texts = {n: doc.get(n) for n in ("name", "module", "qualname", "source_hash")}
         for n, v in texts.items():
-            if not isinstance(v, str) or not v or len(v) > 300:
-                raise ValueError(f"{n}: expected a non-empty string of at most 300 characters")
+            if n == "source_hash":
+                if not isinstance(v, str) or not v or len(v) > 128:
+                    raise ValueError(f"{n}: expected a non-empty string of at most 128 characters")
+            else:
+                check_name_text(v, n)
         return cls(name=str(texts["name"]), module=str(texts["module"]),
                    qualname=str(texts["qualname"]), arg_names=strs("arg_names"), key=strs("key"),
                    dtype_args=tuple(doc.get("dtype_args") or ()),
@@ -170,6 +187,12 @@ class UndeclaredKernel(KernelDef):
     """The KernelDef of an undeclared kernel, with the definition it was built from."""
 
     definition: Definition
+
+    @property
+    def source_hash(self) -> str:  # type: ignore[override]
+        """The code's identity as the decorator computed it (Triton's JIT cache key, hashed):
+        what its records carry, and what a service compares them with."""
+        return self.definition.source_hash
 
     def work(self, axes: Mapping[str, Any]) -> float:
         """The product of the integer key values: an undeclared kernel declares no bytes."""

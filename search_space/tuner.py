@@ -27,6 +27,7 @@ import optuna
 from optuna.storages import BaseStorage, fail_stale_trials
 from optuna.trial import TrialState
 
+from kernelsearch.db.checks import bounded_name
 from kernelsearch.db.errors import LeaseLost
 from kernelsearch.db.interfaces import Lease, RecordRepository, TuningStore
 from kernelsearch.db.optuna_storage import RetryingStorage, open_optuna_storage
@@ -170,7 +171,12 @@ def _slug(text: str) -> str:
 def study_name(kernel: str, axes: Mapping[str, int], device: str) -> str:
     """The study's name, derived only from the key: the same case on the same device resumes."""
     ax = ",".join(f"{k}={v if isinstance(v, str) else int(v)}" for k, v in sorted(axes.items()))
-    return f"ks/{kernel}/{ax}/{_slug(device)}"
+    # A long kernel name (a deep package path) still names a study its columns can hold.
+    return bounded_name(f"ks/{kernel}/{ax}/{_slug(device)}", STUDY_NAME_CHARS)
+
+
+# The width of a study's name in the store (ks_trials, ks_study_claims, a record's study_name).
+STUDY_NAME_CHARS = 300
 
 
 # The objective's name in the study (optuna-dashboard's axis label instead of "Objective 0").

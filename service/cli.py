@@ -44,13 +44,20 @@ def _global_options(
 def kernels_cmd(
     name: str = typer.Argument(None, help="a kernel: show its declaration"),
     as_json: bool = typer.Option(False, "--json", help="JSON for scripts"),
+    url: str = typer.Option(None, "--url", help="database whose undeclared kernels are listed "
+                                                "too (default: KS_DATABASE_URL)"),
 ) -> None:
     """List the kernels, or one kernel's declaration: case axes, tunable parameters, suite
-    cases and default config (what `tune --case` and `bench` accept)."""
+    cases and default config (what `tune --case` and `bench` accept). The undeclared kernels
+    (`@kernelsearch.autotune` with no declaration) the database knows are listed with them."""
     import json
 
     from kernelsearch.kernels import all_kernels, get_kernel
+    from kernelsearch.kernels.undeclared import UndeclaredKernel
 
+    from .cli_db import load_user_kernels
+
+    unread = load_user_kernels(url)
     if name is None:
         if as_json:
             print(json.dumps([k.describe() for k in all_kernels().values()], indent=1))
@@ -61,7 +68,11 @@ def kernels_cmd(
     try:
         k = get_kernel(name)
     except KeyError as exc:
-        raise typer.BadParameter(str(exc.args[0]), param_hint="NAME") from None
+        also = f" (the database's undeclared kernels could not be read: {unread})" if unread else ""
+        raise typer.BadParameter(f"{exc.args[0]}{also}", param_hint="NAME") from None
+    if isinstance(k, UndeclaredKernel):
+        _show_undeclared(k, as_json)
+        return
     listed = _listed_configs(k)
     if as_json:
         d = k.describe()
@@ -88,6 +99,28 @@ def kernels_cmd(
             print(f"config: {json.dumps(cfg, sort_keys=True)}")
     for c in k.cases:
         print(f"case: {c.number}\t" + "\t".join(f"{a}={v}" for a, v in c.axes.items()))
+
+
+def _show_undeclared(k: Any, as_json: bool) -> None:
+    """An undeclared kernel as its decorator defined it: where it lives, its source identity,
+    its key (Triton's `key` arguments, then its tensors' dtypes) and its configs; it has no
+    suite, bytes moved or float64 reference."""
+    import json
+
+    d = k.definition
+    configs = [dict(c) for c in (*d.configs, *d.search_space)]
+    if as_json:
+        print(json.dumps({**k.describe(), "undeclared": d.as_json(), "configs": configs}, indent=1))
+        return
+    print(f"kernel: {k.name}\nundeclared: {d.module}.{d.qualname} (@kernelsearch.autotune, no "
+          f"declaration)\nsource: {d.source_hash}")
+    for a in k.axes:
+        values = "a dtype" if a.categorical else "an integer"
+        print(f"key: {a.name}\t{values}\t{a.doc}")
+    print(f"configs: {len(d.configs)} listed" + (f", {len(d.search_space)} more workers may search"
+                                                 if d.search_space else ""))
+    for cfg in configs:
+        print(f"config: {json.dumps(cfg, sort_keys=True)}")
 
 
 def _listed_configs(k: Any) -> list[dict[str, Any]] | None:

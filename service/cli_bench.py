@@ -61,10 +61,23 @@ def bench(
     from kernelsearch.kernels.measure import default_repeats
 
     err = Console(stderr=True)
+    from kernelsearch.kernels.undeclared import UndeclaredKernel
+
+    from .cli_db import load_user_kernels
+
+    # An undeclared kernel (the database's) is told apart from a typo; bench cannot time one.
+    if kernel:
+        load_user_kernels(None)
     try:
-        kernels = [get_kernel(kernel)] if kernel else list(all_kernels().values())
+        kernels = [get_kernel(kernel)] if kernel else [
+            k for k in all_kernels().values() if not isinstance(k, UndeclaredKernel)]
     except KeyError as exc:
         raise typer.BadParameter(str(exc.args[0]), param_hint="KERNEL") from None
+    if isinstance(kernels[0] if kernel else None, UndeclaredKernel):
+        raise typer.BadParameter(f"{kernel} is an undeclared kernel: bench draws a declaration's "
+                                 f"inputs and references, which it has none of; its records hold "
+                                 f"every config's time (`kernelsearch records list --kernel "
+                                 f"{kernel} --json`, its dashboard page)", param_hint="KERNEL")
     cfg = None
     if config is not None:
         try:

@@ -50,20 +50,48 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _refuse_missing_file(url: str) -> None:
-    """A SQLite URL naming no existing file: exit 1 instead of creating an empty database (only
-    `db upgrade` creates one)."""
+def _missing_file(url: str) -> str | None:
+    """Why a SQLite URL names no existing file (opening it would create an empty database; only
+    `db upgrade` creates one), or None."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        return  # make_engine says what is wrong with it
+        return None  # make_engine says what is wrong with it
     db = parsed.database
     if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
-        return
+        return None
     path = Path(db).expanduser()
     if not path.exists():
-        raise _fail(f"no database at {path}; run `kernelsearch db upgrade` to create it "
-                    f"(--url {_shown(url)})")
+        return (f"no database at {path}; run `kernelsearch db upgrade` to create it "
+                f"(--url {_shown(url)})")
+    return None
+
+
+def _refuse_missing_file(url: str) -> None:
+    """A SQLite URL naming no existing file: exit 1 instead of creating an empty database."""
+    why = _missing_file(url)
+    if why is not None:
+        raise _fail(why)
+
+
+def load_user_kernels(url: str | None) -> str | None:
+    """Register the undeclared kernels the database keeps (what `@kernelsearch.autotune`
+    registered with the service), so that `kernels`, `tune` and `records` know them as the
+    service does. Returns why none could be read (no database, unreachable, schema behind), or
+    None; never exits: a command that needs no database still runs."""
+    from .definitions import load_definitions
+
+    target = _url(url)
+    why = _missing_file(target)
+    if why is not None:
+        return why
+    try:
+        with Store(target) as store:
+            check_schema(store.engine)
+            load_definitions(store)
+    except (StoreError, ValueError) as e:
+        return str(e)
+    return None
 
 
 @contextmanager
@@ -195,11 +223,22 @@ def records_import(
     if_empty: Annotated[
         bool, typer.Option("--if-empty", help="do nothing when the database already has records")
     ] = False,
+    all_or_nothing: Annotated[
+        bool, typer.Option("--all-or-nothing",
+                           help="import nothing when any entry cannot be imported")
+    ] = False,
     url: UrlOpt = None,
 ) -> None:
-    """Import records in one transaction; the same file twice changes nothing, a bad entry
-    (wrong types, or refused by the acceptance gate: not what its kernel declares, or not a
-    measurement) rejects the whole file. An entry that does not say its origin is an import."""
+    """Restore records (a backup made by `records export`): every entry passes the acceptance
+    gate (not what its kernel declares, or not a measurement: refused), the kernel definitions
+    the file carries are added where this database lacks them, and the same file twice changes
+    nothing. An entry that cannot be imported is listed by index and kernel while the others go
+    in, and the exit status is 1; --all-or-nothing imports nothing when any entry is bad. An
+    entry that does not say its origin is an import."""
+    from kernelsearch.db.store import doc_definitions
+
+    from .definitions import restore_definitions
+
     with _store(url) as store:
         try:
             if if_empty and store.has_records():
@@ -208,7 +247,13 @@ def records_import(
             from kernelsearch.search_space.acceptance import import_check
 
             doc = _read_doc(file)
-            report = store.import_records(doc, check=import_check)
+            new_defs, problems = restore_definitions(store, doc_definitions(doc))
+            if problems and all_or_nothing:
+                raise _fail(f"{file}: {problems[0]}")
+            report = store.import_records(doc, check=import_check, keep_going=not all_or_nothing)
+            kernels = doc_definitions(doc)
+            for name in new_defs:
+                store.save_definition(name, kernels[name])
         except StoreError as e:
             raise _fail(f"{file}: {e}") from None
     typer.echo(f"imported: {file}")
@@ -216,6 +261,14 @@ def records_import(
     typer.echo(f"superseded: {report.superseded}")
     typer.echo(f"unchanged: {report.unchanged}")
     typer.echo(f"trials added: {report.trials_added}")
+    typer.echo(f"kernel definitions added: {len(new_defs)}")
+    typer.echo(f"rejected: {len(report.rejected)}")
+    for p in problems:
+        typer.echo(f"error: {file}: {p}", err=True)
+    for r in report.rejected:
+        typer.echo(f"error: {file}: not imported (kernel {r.kernel!r}): {r.message}", err=True)
+    if report.rejected or problems:
+        raise typer.Exit(1)
 
 
 def _fmt_axes(axes: dict[str, int]) -> str:

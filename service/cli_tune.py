@@ -73,6 +73,76 @@ def _cases(kernel: str, case: list[str], all_: bool) -> list[dict[str, Any]]:
     return unique
 
 
+def _stored_calls(kernel: str, case: list[str], url: str | None,
+                  unread: str | None) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+    """For an undeclared kernel (None for any other): the (case, captured call) pairs to tune,
+    those stored with its earlier jobs, every one or those `--case` names. It has no inputs of
+    its own, so a case with no stored call exits 2 saying how to get one."""
+    from kernelsearch.db.checks import axes_key
+    from kernelsearch.db.errors import StoreError
+    from kernelsearch.db.store import Store
+    from kernelsearch.kernels import get_kernel
+    from kernelsearch.kernels.undeclared import UndeclaredKernel
+
+    from .settings import get_settings
+
+    try:
+        kdef = get_kernel(kernel)
+    except KeyError as exc:
+        also = f" (the database's undeclared kernels could not be read: {unread})" if unread else ""
+        raise typer.BadParameter(f"{exc.args[0]}{also}", param_hint="KERNEL") from None
+    if not isinstance(kdef, UndeclaredKernel):
+        return None
+    try:
+        with Store(url or get_settings().database_url) as store:
+            stored = store.kernel_captures(kernel)
+    except StoreError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    how = ("an undeclared kernel is tuned on a call of it: a process calling it under "
+           "@kernelsearch.autotune with KS_AUTOTUNE_FALLBACK=first or nearest and the service up "
+           "stores one with the job it queues")
+    if not stored:
+        typer.echo(f"error: {kernel}: no call of it is stored to tune on; {how}", err=True)
+        raise typer.Exit(2)
+    if not case:
+        return stored
+    by_key = {axes_key(axes): (axes, cap) for axes, cap in stored}
+    out = []
+    for text in case:
+        try:
+            axes = parse_case(kdef, text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--case") from None
+        got = by_key.get(axes_key(axes))
+        if got is None:
+            have = "; ".join(_label(a) for a, _ in stored)
+            typer.echo(f"error: {kernel} {_label(axes)}: no call of this case is stored to tune "
+                       f"on ({how}); cases with one: {have}", err=True)
+            raise typer.Exit(2)
+        out.append(got)
+    return out
+
+
+def _use_call(kernel: str, call: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """Register the kernel to tune on one stored call (the user's module imported here); exit 2
+    saying why when it cannot be."""
+    from kernelsearch.kernels import get_kernel, registry
+    from kernelsearch.kernels.capture import (Capture, CaptureError, KernelModuleUnavailable,
+                                              captured_kernel)
+
+    defn = get_kernel(kernel).definition  # type: ignore[attr-defined]
+    try:
+        registry.register(captured_kernel(defn, Capture.from_json(call[1])), replace=True)
+    except KernelModuleUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except CaptureError as exc:
+        typer.echo(f"error: {kernel} {_label(call[0])}: the stored call does not fit the kernel's "
+                   f"definition now: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 @contextlib.contextmanager
 def logs_through(console: Any) -> Iterator[None]:
     """While a progress bar is live: Optuna's INFO lines (one per trial) are silenced, and its,
@@ -164,7 +234,14 @@ def tune(
 
     if sampler not in SAMPLERS:
         raise typer.BadParameter(f"expected one of {', '.join(SAMPLERS)}", param_hint="--sampler")
-    cases = _cases(kernel, case, all_)
+    from .cli_db import load_user_kernels
+
+    unread = load_user_kernels(url)
+    # An undeclared kernel is tuned on the calls stored with its earlier jobs: one per case.
+    calls = _stored_calls(kernel, case, url, unread)
+    cases = [a for a, _ in calls] if calls is not None else _cases(kernel, case, all_)
+    if calls is not None:
+        _use_call(kernel, calls[0])
     try:
         case_space(kernel, cases[0])
     except SpaceError as exc:  # a space file that is missing or does not fit the kernel
@@ -196,6 +273,8 @@ def tune(
                 def report(done: int, total: int, best: float | None, task=task) -> None:
                     progress.update(task, completed=done, best=format_latency(best))
 
+                if calls is not None:
+                    _use_call(kernel, calls[cases.index(axes)])
                 res = tune_case(kernel, axes, store=store, storage=db_url, runner=runner,
                                 options=TuneOptions(n_trials=trials, sampler=sampler, timeout_s=timeout,
                                                     patience=patience, warm_start=not no_warm_start,

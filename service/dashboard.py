@@ -26,6 +26,8 @@ from kernelsearch.db.interfaces import ServiceStore
 
 from kernelsearch.db.statuses import ACTIVE_STATUSES, JOB_STATUSES, JobStatus, TrialStatus
 from kernelsearch.db.views import WORKER_VERSIONS
+from kernelsearch.kernels.configs import canonical_key
+from kernelsearch.kernels.undeclared import MAX_NAME_CHARS, UndeclaredKernel
 
 from .charts import PALETTE, Series, make_chart, microseconds
 from .lookups import run_read
@@ -189,6 +191,8 @@ def _groups(records: list[dict[str, Any]], reported: Mapping[str, Mapping[str, A
         out.append({"kernel": kernel, "device": device, "rows": rows, "chart": chart,
                     "kernel_url": kernel_url(kernel) if _kernel_or_none(kernel) else None,
                     "n_drift": sum(1 for r in rows if r["drift"]),
+                    # An undeclared kernel declares no bytes: its size is its key's product.
+                    "undeclared": isinstance(_kernel_or_none(kernel), UndeclaredKernel),
                     "has_reference": all(r["has_reference"] for r in rows)})
     return out
 
@@ -293,7 +297,8 @@ def job_row(j: dict[str, Any], now: datetime) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- pages
 
 
-def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int | None, bool]:
+def _case_args(store: ServiceStore, query: Mapping[str, str]
+               ) -> tuple[str, str, dict[str, int], int | None, bool]:
     q = dict(query)
     kernel, device = q.pop("kernel", ""), q.pop("device", "")
     job, failed = q.pop("job", None), q.pop("failed", None)
@@ -301,7 +306,7 @@ def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int 
         raise PageError(422, "a case page needs kernel, device and the case's axes")
     if any(ord(ch) < 32 for ch in device):
         raise PageError(422, "device: control characters are not allowed")
-    k = _get_kernel(kernel)
+    k = _get_kernel(kernel, store)
     try:
         axes = k.validate_axes(q)
     except ValueError as exc:
@@ -311,7 +316,12 @@ def _case_args(query: Mapping[str, str]) -> tuple[str, str, dict[str, int], int 
     return k.name, device, axes, int(job) if job is not None else None, failed == "1"
 
 
-def _get_kernel(name: str) -> kernels.KernelDef:
+def _get_kernel(name: str, store: ServiceStore) -> kernels.KernelDef:
+    """The page's kernel, one of the store's undeclared kernels included (another process may
+    have registered it); PageError 404 otherwise."""
+    from .definitions import known_or_reloaded
+
+    known_or_reloaded(store, name)
     k = _kernel_or_none(name)
     if k is None:
         raise PageError(404, f"no kernel {name!r}")
@@ -329,7 +339,7 @@ def _study_links(store: ServiceStore, settings: Settings, names: list[str]) -> l
 
 def render_case(store: ServiceStore, settings: Settings, query: Mapping[str, str]) -> str:
     """The case page; `query` holds kernel, device, the case's axes, and the job/failed filters."""
-    kernel, device, axes, job, failed_only = _case_args(query)
+    kernel, device, axes, job, failed_only = _case_args(store, query)
     label = _axes_label(axes)
     reported = reported_versions(store)
     records = [_decorate(record_json(r), reported) for r in store.record_history(kernel, device, axes)]
@@ -393,6 +403,10 @@ def render(store: ServiceStore, settings: Settings, embedded_worker: bool,
     and a short summary of the jobs (all of them are on /jobs)."""
     kernel = _one(query or {}, "kernel")
     records = [record_json(r) for r in store.list_records(kernel=kernel)]
+    if kernel is not None:
+        from .definitions import known_or_reloaded
+
+        known_or_reloaded(store, kernel)
     if kernel is not None and not records and _kernel_or_none(kernel) is None:
         raise PageError(404, f"no kernel {kernel!r}")
     groups = _groups(records, reported_versions(store))
@@ -420,15 +434,17 @@ def _samplers() -> tuple[str, ...]:
 
 
 def _tune_commands(base_url: str, kernel: str, axes: dict[str, Any] | None, n_trials: int,
-                   token: bool) -> tuple[str, str]:
-    """The curl line that queues the job the form would, and the CLI line that tunes here."""
+                   token: bool, undeclared: bool = False) -> tuple[str, str]:
+    """The curl line that queues the job the form would, and the CLI line that tunes here (an
+    undeclared kernel's, every key with a stored call unless one is chosen)."""
     body = json.dumps({"kernel": kernel, "cases": [axes] if axes else "all", "n_trials": n_trials,
                        "sampler": "tpe"})
     auth = ' -H "Authorization: Bearer $KS_API_TOKEN"' if token else ""
     curl = (f"curl -X POST {base_url.rstrip('/')}/v1/jobs -H 'Content-Type: application/json'"
             f"{auth} -d '{body}'")
-    which = f"--case {','.join(f'{k}={v}' for k, v in axes.items())}" if axes else "--all"
-    return curl, f"kernelsearch tune {kernel} {which} --trials {n_trials}"
+    which = f" --case {','.join(f'{k}={v}' for k, v in axes.items())}" if axes else \
+        ("" if undeclared else " --all")
+    return curl, f"kernelsearch tune {kernel}{which} --trials {n_trials}"
 
 
 def render_kernel(store: ServiceStore, settings: Settings, name: str, query: Mapping[str, str],
@@ -436,7 +452,7 @@ def render_kernel(store: ServiceStore, settings: Settings, name: str, query: Map
     """One kernel: its axes and parameters, the devices with its records, each case's best
     record per device, a latency chart per device, and the tune action (query arguments that
     are the kernel's axes preselect the case to tune)."""
-    k = _get_kernel(name)
+    k = _get_kernel(name, store)
     chosen = None
     if query:
         try:
@@ -458,6 +474,13 @@ def render_kernel(store: ServiceStore, settings: Settings, name: str, query: Map
     for g in groups:
         for r in g["rows"]:
             cases.setdefault(tuple(sorted(r["case"].items())), {"number": None, "axes": r["case"]})
+    undeclared = _undeclared_view(k, groups, store) if isinstance(k, UndeclaredKernel) else None
+    if undeclared is not None:
+        # A job tunes one key, on a call stored for it: those keys are offered, the first chosen.
+        for axes in undeclared["captured"].values():
+            cases.setdefault(tuple(sorted(axes.items())), {"number": None, "axes": axes})
+        if chosen is None and undeclared["captured"]:
+            chosen = next(iter(undeclared["captured"].values()))
     if chosen is not None:
         cases.setdefault(tuple(sorted(chosen.items())), {"number": None, "axes": chosen})
     rows = []
@@ -468,15 +491,42 @@ def render_kernel(store: ServiceStore, settings: Settings, name: str, query: Map
         c["tune_url"] = kernel_url(k.name, **c["axes"]) + "#tune"
         c["value"] = json.dumps(c["axes"], sort_keys=True)
         c["selected"] = chosen is not None and dict(chosen) == dict(c["axes"])
+        c["captured"] = undeclared is not None and c["value"] in undeclared["captured"]
         rows.append(c)
     rows.sort(key=lambda c: (c["number"] is None, c["number"] or 0, c["work"] or 0, c["label"]))
     n_trials = min(32, settings.max_trials_per_job)
-    curl, cli = _tune_commands(base_url, k.name, chosen, n_trials, settings.api_token is not None)
+    curl, cli = _tune_commands(base_url, k.name, chosen, n_trials, settings.api_token is not None,
+                               undeclared is not None)
     return _env.get_template("kernel.html").render(
         k=k.describe(), has_reference=k.torch_reference is not None, groups=groups,
         devices=device_rows, cases=rows, any_chosen=chosen is not None, n_trials=n_trials,
         max_trials=settings.max_trials_per_job, samplers=_samplers(), curl=curl, cli=cli,
-        base_url=base_url.rstrip("/"), cancel=_cancel_enabled(settings), n_suite=len(k.cases))
+        base_url=base_url.rstrip("/"), cancel=_cancel_enabled(settings), n_suite=len(k.cases),
+        undeclared=undeclared)
+
+
+def _undeclared_view(k: UndeclaredKernel, groups: list[dict[str, Any]],
+                     store: ServiceStore) -> dict[str, Any]:
+    """What the kernel page shows of an undeclared kernel instead of a suite, bytes and a
+    float64 reference it does not have: where it lives, its configs, each key's timing of every
+    config per device (the records' `config_timings`, the winner marked), and the cases a job
+    can tune (those with a call stored with an earlier job)."""
+    d = k.definition
+    configs = [dict(c) for c in (*d.configs, *d.search_space)]
+    keys = [canonical_key(c) for c in configs]
+    devices = []
+    for g in groups:
+        rows = []
+        for r in g["rows"]:
+            timings = r.get("config_timings") or {}
+            won = canonical_key(r["config"]) if isinstance(r.get("config"), dict) else None
+            rows.append({"label": r["case_label"], "url": r["case_url"],
+                         "cells": [{"us": timings.get(key), "best": key == won} for key in keys]})
+        devices.append({"device": g["device"], "rows": rows})
+    captured = {json.dumps(axes, sort_keys=True): axes for axes, _ in store.kernel_captures(k.name)}
+    return {"module": d.module, "qualname": d.qualname, "source_hash": d.source_hash,
+            "configs": [json.dumps(c, sort_keys=True) for c in configs],
+            "n_listed": len(d.configs), "timings": devices, "captured": captured}
 
 
 def _page_number(v: str | None) -> int:
@@ -492,8 +542,8 @@ def render_jobs(store: ServiceStore, settings: Settings, query: Mapping[str, str
     status, kernel = _one(query, "status"), _one(query, "kernel")
     if status is not None and status not in JOB_STATUSES:
         raise PageError(422, f"status: unknown {status!r}; known: {', '.join(JOB_STATUSES)}")
-    if kernel is not None and len(kernel) > 200:
-        raise PageError(422, "kernel: at most 200 characters")
+    if kernel is not None and len(kernel) > MAX_NAME_CHARS:
+        raise PageError(422, f"kernel: at most {MAX_NAME_CHARS} characters")
     page = _page_number(query.get("page"))
     jobs, total = store.page_jobs(status, kernel, offset=(page - 1) * JOBS_PER_PAGE,
                                   limit=JOBS_PER_PAGE)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from kernelsearch.db.statuses import JOB_STATUSES
 from kernelsearch.db.views import RecordFields, field_specs
 from kernelsearch.db.wire import AxisValue
+from kernelsearch.kernels.undeclared import MAX_NAME_CHARS
 
 JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]  # the statuses' one definition
 Match = Literal["exact", "nearest"]
@@ -136,7 +137,7 @@ class JobCreate(BaseModel):
     # strict: `true` or "3" is not an integer, 3.0 neither.
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    kernel: str = Field(min_length=1, max_length=200)
+    kernel: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     cases: list[dict[str, AxisValue]] | Literal["all"] = Field(
         description='"all" for the kernel\'s suite, or a list of case axes such as {"seq_len": 2}')
     n_trials: int = Field(gt=0, description="trials this job adds to each case's study (earlier trials are kept)")
@@ -185,9 +186,9 @@ class DefinitionIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: Literal["undeclared"] = "undeclared"
-    name: str = Field(min_length=1, max_length=100, description="module.qualname of the kernel")
-    module: str = Field(min_length=1, max_length=300)
-    qualname: str = Field(min_length=1, max_length=300)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="module.qualname of the kernel")
+    module: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    qualname: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     arg_names: list[str] = Field(min_length=1, max_length=200)
     key: list[str] = Field(max_length=64, description="triton.autotune's key: arguments whose values key a record")
     dtype_args: list[str] = Field(default_factory=list, max_length=200,

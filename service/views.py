@@ -16,13 +16,26 @@ from kernelsearch.kernels.device import versions as kernel_versions
 # The statuses in which a job can still be cancelled (the dashboard offers its button).
 
 
-@lru_cache(maxsize=None)
 def current_versions(kernel: str) -> dict[str, str | None]:
-    """The versions a record of `kernel` is compared with: fixed for the life of the process,
-    and costly (the source identity parses the kernel's module), so computed once per kernel."""
-    v = kernel_versions()
+    """The versions a record of `kernel` is compared with (/v1/best's `same_versions`, the
+    dashboard's drift): this process's torch and triton, and the kernel's source identity as
+    its registered definition gives it (`KernelDef.source_hash`: an undeclared kernel's is the
+    one its decorator and workers store with its records). KeyError for an unknown kernel."""
+    v = _tool_versions()
     return {"torch": v.get("torch"), "triton": v.get("triton"),
-            "source_hash": kernels.get_kernel(kernel).source_hash}
+            "source_hash": _source_hash(kernels.get_kernel(kernel))}
+
+
+@lru_cache(maxsize=1)
+def _tool_versions() -> dict[str, Any]:
+    return dict(kernel_versions())
+
+
+@lru_cache(maxsize=4096)
+def _source_hash(kdef: kernels.KernelDef) -> str:
+    """Costly for a declared kernel (it parses the kernel's sources), so kept per declaration:
+    a definition registered again under the same name is another object, asked anew."""
+    return kdef.source_hash
 
 
 def case_work(kernel: str | kernels.KernelDef | None, axes: Mapping[str, Any]) -> int | None:

@@ -20,10 +20,10 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..checks import axes_key
+from ..checks import axes_key, check_kernel_name, kernel_key
 from ..engine import make_engine, retrying, translate_errors
 from ..errors import Conflict, LeaseLost
-from ..models import Case, Counter, Device, Job, Kernel, utcnow
+from ..models import Case, Counter, Device, Job, Kernel, utcnow, kernel_named
 from ..views import WORKER_VERSIONS
 
 if TYPE_CHECKING:
@@ -195,9 +195,10 @@ class RepoBase:
         return int(s.execute(stmt).scalar_one())
 
     def _kernel_id(self, s: Session, name: str) -> int:
-        ins = self._insert(s, Kernel).values(name=name, created_at=utcnow())
-        s.execute(ins.on_conflict_do_nothing(index_elements=["name"]))
-        return int(s.execute(select(Kernel.id).where(Kernel.name == name)).scalar_one())
+        check_kernel_name(name)
+        ins = self._insert(s, Kernel).values(name=name, name_key=kernel_key(name), created_at=utcnow())
+        s.execute(ins.on_conflict_do_nothing(index_elements=["name_key"]))
+        return int(s.execute(select(Kernel.id).where(kernel_named(name))).scalar_one())
 
     def _case_id(self, s: Session, kernel_id: int, axes: dict[str, Any], work: float | None) -> int:
         key = axes_key(axes)

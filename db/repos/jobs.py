@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from ..checks import axes_key, check_int, check_name, check_number, check_status
 from ..errors import Conflict, LeaseLost
 from ..interfaces import Lease
-from ..models import Job, Kernel, StudyClaim, utcnow
+from ..models import Job, Kernel, StudyClaim, utcnow, kernel_named
 from ..statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JobStatus
 from ..views import JobView
 from ._base import RepoBase, hold_job, lease_lost, rowcount
@@ -185,7 +185,7 @@ class JobRepo(RepoBase):
             if status is not None:
                 cond.append(Job.status == status)
             if kernel is not None:
-                cond.append(Kernel.name == kernel)
+                cond.append(kernel_named(kernel))
             base = select(Job, Kernel.name).join(Kernel, Kernel.id == Job.kernel_id).where(*cond)
             total = s.execute(select(func.count()).select_from(base.subquery())).scalar_one()
             rows = s.execute(base.order_by(Job.id.desc()).offset(offset).limit(limit)).all()

@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ..models import Kernel
+from ..checks import axes_key
+from ..models import Job, Kernel, kernel_named
 from ._base import RepoBase
 
 
@@ -32,5 +33,21 @@ class KernelRepo(RepoBase):
             rows = s.execute(select(Kernel.name, Kernel.definition)
                              .where(Kernel.definition.is_not(None))).all()
             return {name: dict(d) for name, d in rows}
+
+        return self._tx(q, write=False)
+
+    def kernel_captures(self, kernel: str, limit: int = 1000) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """The calls stored with this kernel's jobs (`Job.capture`), newest first, one per case:
+        (the case's axes, the capture). What an undeclared kernel is tuned on again (`tune NAME`,
+        a job submitted without a capture); the kernel's newest `limit` jobs are read."""
+
+        def q(s: Session) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+            rows = s.execute(select(Job.cases, Job.capture).join(Kernel, Kernel.id == Job.kernel_id)
+                             .where(kernel_named(kernel)).order_by(Job.id.desc()).limit(limit)).all()
+            out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+            for cases, capture in rows:
+                if isinstance(capture, dict) and isinstance(cases, list) and len(cases) == 1:
+                    out.setdefault(axes_key(dict(cases[0])), (dict(cases[0]), dict(capture)))
+            return list(out.values())
 
         return self._tx(q, write=False)

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from ..checks import axes_key, check_int
 from ..errors import NotFound
-from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow
+from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow, kernel_named
 from ..statuses import RecordOrigin
 from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView, Withdrawal
 from ..wire import validated_record
@@ -207,7 +207,7 @@ class RecordRepo(RepoBase):
 
         def q(s: Session) -> tuple[RecordView, str] | None:
             base = self._records_query().where(
-                Kernel.name == kernel, Device.name == device, Record.is_current.is_(True)
+                kernel_named(kernel), Device.name == device, Record.is_current.is_(True)
             )
             row = s.execute(base.where(Case.axes_key == key)).first()
             if row is not None:
@@ -217,7 +217,7 @@ class RecordRepo(RepoBase):
                 .join(Record, Record.case_id == Case.id)
                 .join(Kernel, Kernel.id == Case.kernel_id)
                 .join(Device, Device.id == Record.device_id)
-                .where(Kernel.name == kernel, Device.name == device,
+                .where(kernel_named(kernel), Device.name == device,
                        Record.is_current.is_(True), Case.work.is_not(None))
             ).all()
             ranked = sorted((distance(dict(ax), float(w)), cid) for cid, ax, w in cands)
@@ -236,7 +236,7 @@ class RecordRepo(RepoBase):
         def q(s: Session) -> list[RecordView]:
             stmt = self._records_query()
             if kernel is not None:
-                stmt = stmt.where(Kernel.name == kernel)
+                stmt = stmt.where(kernel_named(kernel))
             if device is not None:
                 stmt = stmt.where(Device.name == device)
             if not include_history:
@@ -253,7 +253,7 @@ class RecordRepo(RepoBase):
         def q(s: Session) -> list[RecordView]:
             stmt = (
                 self._records_query()
-                .where(Kernel.name == kernel, Device.name == device, Case.axes_key == key)
+                .where(kernel_named(kernel), Device.name == device, Case.axes_key == key)
                 .order_by(Record.tuned_at, Record.id)
             )
             return [self._record_view(r) for r in s.execute(stmt).all()]

@@ -9,15 +9,16 @@ from sqlalchemy.orm import Session
 from ..checks import axes_key
 from ..statuses import TrialStatus
 from ..models import Case, Device, Kernel, TrialSummary, utcnow
-from ..views import ImportReport
+from ..views import ImportReport, Rejection
 from ..wire import (EXPORT_MESSAGE_CHARS, EXPORT_SCHEMA, EXPORT_VERSION, TRIAL_STATES, EntryCheck,
                     parse_records_doc)
+from .kernels import KernelRepo
 from .records import RecordRepo
 
 _TrialsByKey = dict[tuple[str, str, str, str], list[dict[str, Any]]]
 
 
-class TransferRepo(RecordRepo):
+class TransferRepo(RecordRepo, KernelRepo):
     """Export and import ride on the records repository: an import stores each entry under the
     same rule as upsert_best."""
 
@@ -36,11 +37,16 @@ class TransferRepo(RecordRepo):
             d["trials"] = (trials.get((r.study_name, r.kernel, axes_key(r.axes), r.device), [])
                            if r.study_name else [])
             out.append(d)
+        needed = {r.kernel for r in recs}
+        defined = {name: d for name, d in self.kernel_definitions().items() if name in needed}
         return {
             "schema": EXPORT_SCHEMA,
             "version": EXPORT_VERSION,
             "exported_at": utcnow().isoformat(),
             "filters": {"kernel": kernel, "device": device, "include_history": include_history},
+            # The undeclared kernels' definitions: an import into a store that never saw them
+            # can gate and serve their records.
+            "kernels": dict(sorted(defined.items())),
             "records": out,
         }
 
@@ -78,14 +84,20 @@ class TransferRepo(RecordRepo):
 
         return self._tx(q, write=False)
 
-    def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None) -> ImportReport:
-        """Validate every entry (and `check` it, see parse_records_doc), then store them all in
-        one transaction (or none).
+    def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None,
+                       keep_going: bool = False) -> ImportReport:
+        """Validate every entry (and `check` it, see parse_records_doc), then store them in one
+        transaction. By default a bad entry rejects the whole document (ImportRejected, nothing
+        stored); with `keep_going` the valid entries are stored and each bad one is listed in
+        the report's `rejected`.
 
         Each entry goes through the same rule as upsert_best; entries already present are
-        counted unchanged, so importing the same document twice changes nothing.
+        counted unchanged, so importing the same document twice changes nothing. The document's
+        kernel definitions (`kernels`) are not stored here: the caller registers them first, so
+        that `check` knows the kernels (service.cli_db).
         """
-        recs = parse_records_doc(doc, check=check)
+        rejected: list[Rejection] | None = [] if keep_going else None
+        recs = parse_records_doc(doc, check=check, rejected=rejected)
 
         def tx(s: Session) -> ImportReport:
             self._lock_counter(s, "records")
@@ -101,6 +113,6 @@ class TransferRepo(RecordRepo):
             if added or filled:
                 self._bump(s, "records")
             return ImportReport(added=added, superseded=superseded, unchanged=unchanged,
-                                trials_added=trials)
+                                trials_added=trials, rejected=list(rejected or []))
 
         return self._tx(tx, write=True)

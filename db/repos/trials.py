@@ -8,7 +8,7 @@ from sqlalchemy import column, func, inspect, select, table
 from sqlalchemy.orm import Session
 
 from ..checks import axes_key, check_int, check_name
-from ..models import Case, Device, Kernel, TrialSummary, utcnow
+from ..models import Case, Device, Kernel, TrialSummary, utcnow, kernel_named
 from ._base import RepoBase
 
 # A stored trial's outcome as both listings show it.
@@ -95,7 +95,7 @@ class TrialRepo(RepoBase):
                 .join(Kernel, Kernel.id == TrialSummary.kernel_id)
                 .join(Case, Case.id == TrialSummary.case_id)
                 .join(Device, Device.id == TrialSummary.device_id)
-                .where(Kernel.name == kernel, Device.name == device, Case.axes_key == key)
+                .where(kernel_named(kernel), Device.name == device, Case.axes_key == key)
                 .order_by(TrialSummary.study_name, TrialSummary.trial_number)
             ).scalars()
             return [

@@ -19,6 +19,7 @@ from kernelsearch.db import errors as dberr
 from kernelsearch.kernels.resolve import Key, Resolver, SourceUnavailable
 
 from .. import errors, schemas
+from ..definitions import known_or_reloaded
 from ..deps import (BestCacheDep, LookupPoolDep, LookupStore, LookupStoreDep, MetricsDep,
                     SettingsDep)
 from ..errors import query_error
@@ -53,6 +54,7 @@ async def best(request: Request, settings: SettingsDep, lookups: LookupStoreDep,
     tuned case nearest in bytes moved within KS_NEAREST_MAX_RATIO. A cached answer is served
     whatever the database does (X-KS-Cache: stale, with Age, when it could not be checked)."""
     t0 = time.perf_counter()
+    await _known_kernel(request.query_params.get("kernel"), lookups, settings.lookup_timeout_s, pool)
     q = parse_best_query(request.query_params.multi_items())
     key = (q.kernel, q.device, tuple(sorted(q.axes.items())), q.match, q.ignored)
     budget = settings.lookup_timeout_s
@@ -80,6 +82,20 @@ async def best(request: Request, settings: SettingsDep, lookups: LookupStoreDep,
     if outcome == "stale" and math.isfinite(cache.age()):
         headers["Age"] = str(int(cache.age()))
     return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+async def _known_kernel(name: str | None, lookups: Any, timeout_s: float, pool: Any) -> None:
+    """A kernel this process does not know may be an undeclared one another process registered:
+    the store's definitions are read again (throttled, in the lookups' pool, within the bound)."""
+    if not name or not hasattr(lookups, "kernel_definitions"):
+        return
+    try:
+        kernels.get_kernel(name)
+    except KeyError:
+        try:
+            await bounded(known_or_reloaded, lookups, name, timeout_s=timeout_s, pool=pool)
+        except dberr.StoreUnavailable:
+            pass  # a slow database: the name is answered as this process knows it
 
 
 def _parameters() -> list[dict[str, Any]]:

@@ -21,7 +21,14 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
 JOB_ID = PathParam(ge=1, le=2**31 - 1, description="a job's id")
 
 
-def kernel_or_404(name: str) -> kernels.KernelDef:
+def kernel_or_404(name: str, store: Any = None) -> kernels.KernelDef:
+    """The kernel of that name, else 404 naming the known ones. With `store` (a route that may
+    read the database here, outside the event loop), a name this process does not know is
+    looked up among the store's undeclared kernels first (`definitions.known_or_reloaded`)."""
+    if store is not None:
+        from ..definitions import known_or_reloaded
+
+        known_or_reloaded(store, name)
     try:
         return kernels.get_kernel(name)
     except KeyError as exc:

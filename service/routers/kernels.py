@@ -8,24 +8,28 @@ from fastapi import APIRouter
 from kernelsearch import kernels
 
 from .. import schemas
+from ..definitions import known_or_reloaded
+from ..deps import StoreDep
 from .common import ERRORS, kernel_or_404
 
 router = APIRouter(tags=["kernels"])
 
 
 @router.get("/v1/kernels", response_model=list[schemas.KernelOut])
-def list_kernels() -> Any:
+def list_kernels(store: StoreDep) -> Any:
+    """Every kernel: the declared ones and the undeclared ones any process registered."""
+    known_or_reloaded(store, "")
     return [_describe(k) for k in kernels.all_kernels().values()]
 
 
 @router.get("/v1/kernels/{kernel}", response_model=schemas.KernelOut, responses=ERRORS)
-def get_kernel(kernel: str) -> Any:
-    return _describe(kernel_or_404(kernel))
+def get_kernel(kernel: str, store: StoreDep) -> Any:
+    return _describe(kernel_or_404(kernel, store))
 
 
 @router.get("/v1/kernels/{kernel}/cases", response_model=list[schemas.CaseOut], responses=ERRORS)
-def kernel_cases(kernel: str) -> Any:
-    k = kernel_or_404(kernel)
+def kernel_cases(kernel: str, store: StoreDep) -> Any:
+    k = kernel_or_404(kernel, store)
     return [{"number": c.number, "axes": c.axes, "bytes_moved": int(k.bytes_moved(c.axes)),
              "info": c.info} for c in k.cases]
 

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from kernelsearch.db.store import RecordDoc
+from kernelsearch.kernels.undeclared import MAX_NAME_CHARS
 from kernelsearch.search_space.acceptance import RecordRejected, accepted, as_upload
 
 from .. import schemas
@@ -27,7 +28,7 @@ ANONYMOUS = "anonymous"
 
 
 @router.get("/v1/records", response_model=list[schemas.RecordOut], responses=ERRORS)
-async def records(store: StoreDep, kernel: str | None = Query(None, max_length=200),
+async def records(store: StoreDep, kernel: str | None = Query(None, max_length=MAX_NAME_CHARS),
                   device: str | None = Query(None, max_length=200)) -> Any:
     """The current tuned records, optionally of one kernel and/or one device."""
     if kernel is not None:

@@ -66,6 +66,7 @@ def test_tuned_once_then_served_to_fresh_processes(sqlite_store) -> None:
             "y_ptr.dtype": "float32"})
         assert best.status_code == 200, best.text
         assert best.json()["match"] == "exact" and best.json()["config"]["BLOCK"] == again["best"]
+        assert best.json()["same_versions"] is True  # the decorator's identity is the service's
         for page in ("/", f"/kernels/{NAME}"):
             got = httpx.get(srv.url + page)
             assert got.status_code == 200 and NAME in got.text, (page, got.text[:300])

@@ -33,7 +33,7 @@ def _tuned(store: Store) -> None:
 def test_export_carries_trials_and_references(store: Store) -> None:
     _tuned(store)
     doc = json.loads(json.dumps(store.export_records()))
-    assert doc["version"] == EXPORT_VERSION == 2
+    assert doc["version"] == EXPORT_VERSION == 3
     (entry,) = doc["records"]
     assert [t["number"] for t in entry["trials"]] == [0, 1, 2, 3]
     assert entry["trials"][1]["failure_kind"] == "compile_error"

@@ -61,7 +61,7 @@ STORE_LEVEL = [
     (_set("latency_min_us", -1.0), r"records\[1\]\.latency_min_us"),
     (_set("tuned_at", 0), r"records\[1\]\.tuned_at"),
     (_set("device", "G" * 201), r"records\[1\]\.device"),
-    (_set("kernel", "k" * 101), r"records\[1\]\.kernel"),
+    (_set("kernel", "k" * 1001), r"records\[1\]\.kernel"),
     (_set("torch_version", "2" * 65), r"records\[1\]\.torch_version"),
     (_set("source_hash", "a" * 129), r"records\[1\]\.source_hash"),
     (_set("study_name", "s" * 301), r"records\[1\]\.study_name"),
@@ -127,21 +127,26 @@ KERNEL_LEVEL = [
 ]
 
 
-def _import(url: str, doc: dict, tmp_path) -> Any:
+def _import(url: str, doc: dict, tmp_path, *flags: str) -> Any:
     f = tmp_path / "records.json"
     f.write_text(json.dumps(doc))
-    return runner.invoke(app, ["records", "import", "--url", url, str(f)])
+    return runner.invoke(app, ["records", "import", "--url", url, *flags, str(f)])
 
 
 @pytest.mark.parametrize("mutate, expected", KERNEL_LEVEL)
 def test_cli_import_checks_entries_against_the_kernel(store: Store, tmp_path, mutate,
                                                      expected: str) -> None:
+    """A refused entry is named while the others go in (exit 1); --all-or-nothing stores none."""
     doc = _doc(tmp_path)
     mutate(doc)
-    res = _import(store.url, doc, tmp_path)
+    res = _import(store.url, doc, tmp_path, "--all-or-nothing")
     assert res.exit_code == 1, res.output
     assert re.search(expected, res.stderr), res.stderr
     assert store.list_records(include_history=True) == []
+    res = _import(store.url, doc, tmp_path)
+    assert res.exit_code == 1 and re.search(expected, res.stderr), res.output
+    assert "added: 1" in res.stdout and "rejected: 1" in res.stdout
+    assert [r.axes for r in store.list_records(include_history=True)] == [doc["records"][0]["axes"]]
 
 
 def test_cli_import_refuses_an_impossible_latency(store: Store, tmp_path) -> None:

@@ -101,6 +101,37 @@ def test_downgrade_and_upgrade_again(db_url: str) -> None:
     _alembic_check(db_url)
 
 
+def test_0009_keys_the_kernels_a_store_already_has(db_url: str) -> None:
+    """A store at 0008 with kernels and records: after 0009 each kernel is found by its name's
+    key (its records still served), and a long name is another kernel's."""
+    from kernelsearch.db.checks import kernel_key
+    from kernelsearch.db.store import Store
+
+    from helpers import make_record
+
+    upgrade(db_url, "0008")
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO ks_kernels (name, created_at) VALUES "
+                              "('vision_rope_generation_bwd', '2026-12-01 00:00:00')"))
+    finally:
+        engine.dispose()
+    upgrade(db_url)
+    with Store(db_url) as store:
+        engine = store.engine
+        with engine.connect() as conn:
+            (key,) = conn.execute(text("SELECT name_key FROM ks_kernels")).one()
+        assert key == kernel_key("vision_rope_generation_bwd")
+        store.upsert_best(make_record(5.0))
+        long = "pkg." + "k" * 900
+        store.upsert_best(make_record(6.0, kernel=long))
+        assert [r.latency_median_us for r in store.list_records()] == [6.0, 5.0]
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM ks_kernels")).scalar_one() == 2
+    _alembic_check(db_url)
+
+
 def test_schema_check_messages(db_url: str) -> None:
     engine = make_engine(db_url)
     try:

@@ -331,6 +331,39 @@ def test_upsert_rejects_bad_record_naming_the_field(store: Store, change: dict, 
 # ----------------------------------------------------------------------------- trials, devices
 
 
+# A kernel's name is its module path and qualified name, of any length up to the bound and any
+# script: here 1000 characters, ~3 kB of UTF-8 that does not compress, past what PostgreSQL's
+# btree indexes take (an index over the name refuses it: "index row size 3008 exceeds ... 2704").
+LONG_NAME = "pkg.模块." + "".join(chr(0x4E00 + i * 7919 % 20000) for i in range(993))
+WIDE_NAME = "módulo.ядро"
+
+
+@pytest.mark.parametrize("name", [LONG_NAME, WIDE_NAME], ids=["long", "non-ascii"])
+def test_a_kernel_of_any_python_name_is_stored_like_any_other(store: Store, name: str) -> None:
+    """Records, lookups, jobs, trials, definitions and exports of a kernel named by a long or
+    non-ASCII `module.qualname`; a near twin (one character less) is another kernel."""
+    assert len(LONG_NAME) == 1000
+    twin = name[:-1]
+    store.upsert_best(make_record(10.0, kernel=name, study_name="s1"))
+    store.upsert_best(make_record(20.0, kernel=twin))
+    assert [r.kernel for r in store.list_records(kernel=name)] == [name]
+    got = store.find_best(name, DEVICE, {"total_patches": 64}, nearest_to({"total_patches": 64}, KERNEL))
+    assert got is not None and got[0].latency_median_us == 10.0 and got[1] == "exact"
+    assert [r.latency_median_us for r in store.record_history(name, DEVICE, {"total_patches": 64})] == [10.0]
+    store.add_trial_summary("s1", name, DEVICE, {"total_patches": 64}, 0, "complete", {"B": 1}, 9.0,
+                            None, None)
+    assert len(store.trial_summaries(name, DEVICE, {"total_patches": 64})) == 1
+    job = store.create_job(name, CASES, 2, "tpe")
+    assert store.get_job(job.id).kernel == name and store.page_jobs(kernel=name)[1] == 1
+    assert store.save_definition(name, {"name": name}) is True
+    assert store.kernel_definitions() == {name: {"name": name}}
+    doc = json.loads(json.dumps(store.export_records(kernel=name)))
+    assert [r["kernel"] for r in doc["records"]] == [name] and list(doc["kernels"]) == [name]
+    assert store.import_records(doc).unchanged == 1
+    with pytest.raises(ValueError, match="kernel"):
+        store.create_job(name + "x" * (1001 - len(name)), CASES, 2, "tpe")
+
+
 def test_trial_summaries_are_idempotent_and_ordered(store: Store) -> None:
     axes = {"total_patches": 64}
     for n in (2, 0, 1):

@@ -267,6 +267,21 @@ def _default_entry(cache: Any) -> str:
     return json.dumps({"config": config.to_json(), "key": _key_doc(cache)}, indent=2)
 
 
+def _entry_of(key: str, data: str) -> bool:
+    """Whether an entry's text is the one Helion asked for: its own key fields hash to `key` as
+    Helion computes it. Anything else (a forged or mangled entry) is a miss, never loaded."""
+    from kernelsearch.search_space.acceptance import RecordRejected, helion_entry_key
+
+    try:
+        if helion_entry_key(data) == key:
+            return True
+    except RecordRejected:
+        pass
+    log.warning("kernelsearch.helion: the entry served under %s is not that key's (its own key "
+                "fields hash otherwise): not loaded, a miss", key[:12])
+    return False
+
+
 class KernelsearchBackend(RemoteCacheBackend):
     """Helion's `RemoteCacheBackend` over kernelsearch: `HELION_REMOTE_CACHE_BACKEND=
     kernelsearch.helion.KernelsearchBackend` with `HELION_AUTOTUNE_CACHE=RemoteAutotuneCache`."""
@@ -281,7 +296,7 @@ class KernelsearchBackend(RemoteCacheBackend):
         def fetch() -> str | None:
             if c.client is not None:
                 got = c.client.helion_get(key)
-                if got is not None:
+                if got is not None and _entry_of(key, str(got["data"])):
                     return str(got["data"])
                 if cache is None:
                     return None
@@ -300,7 +315,7 @@ class KernelsearchBackend(RemoteCacheBackend):
                              "config while job %s tunes it", capture["qualname"], key[:12], job.get("id"))
                 return default
             entry = c.store.get_helion_entry(key)
-            return None if entry is None else entry.data
+            return entry.data if entry is not None and _entry_of(key, entry.data) else None
 
         return c.call("get", fetch, None)
 

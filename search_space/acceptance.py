@@ -224,7 +224,7 @@ def _latency_floor(k: KernelDef, rec: RecordIn) -> tuple[float, str]:
     margin = UPLOAD_PEAK_MARGIN if rec.origin == RecordOrigin.UPLOAD else PEAK_MARGIN
     limit = min(MAX_BYTES_PER_S, peak * margin) if peak else MAX_BYTES_PER_S
     whose = f"{margin:g} x {rec.device}'s peak" if peak else "any device's"
-    return launch + moved / limit * 1e6, (
+    return max(MIN_LATENCY_US, launch + moved / limit * 1e6), (
         f"the {moved:.0f} bytes this case moves at {whose} {limit / 1e12:.3g} TB/s"
         + (f" plus a launch ({launch:g} us)" if launch else ""))
 

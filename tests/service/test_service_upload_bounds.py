@@ -42,6 +42,14 @@ def writer(store: Store) -> Iterator[TestClient]:
         yield c
 
 
+@pytest.fixture
+def sqlite_writer(sqlite_store: Store) -> Iterator[TestClient]:
+    """For refusals, which the gate answers before any database is asked."""
+    with TestClient(create_app(settings_for(sqlite_store.url, api_token=SecretStr("t")),
+                               store=sqlite_store)) as c:
+        yield c
+
+
 def undeclared(timings: dict[str, Any], winner: int = 0, device: str = H200,
                latency_us: float | None = None) -> dict[str, Any]:
     """An undeclared kernel's upload as the decorator sends it: its winner's median and every
@@ -65,6 +73,8 @@ def _bad_undeclared() -> list[tuple[str, dict[str, Any], str]]:
     honest = {KEYS[0]: 12.0, KEYS[1]: 15.0, KEYS[2]: 20.0}
     return [
         ("junk-config", undeclared({**honest, "junk": -5.0}), "config_timings.junk"),
+        ("unlisted-config", undeclared({**honest, canonical_key({"B": 64, "num_warps": 8}): 30.0}),
+         "not a config of"),
         ("negative-timing", undeclared({**honest, KEYS[1]: -5.0}), "config_timings"),
         ("zero-timing", undeclared({**honest, KEYS[1]: 0.0}), "config_timings"),
         ("slowest-forged-1e-300", undeclared({**honest, KEYS[2]: 1e-300}, winner=2), "latency_min_us"),
@@ -81,13 +91,13 @@ BAD_UNDECLARED = _bad_undeclared()
 
 
 @pytest.mark.parametrize("body, field", [b[1:] for b in BAD_UNDECLARED], ids=[b[0] for b in BAD_UNDECLARED])
-def test_an_undeclared_upload_without_physical_timings_is_refused(writer: TestClient, store: Store,
+def test_an_undeclared_upload_without_physical_timings_is_refused(sqlite_writer: TestClient, sqlite_store: Store,
                                                                    body: dict[str, Any], field: str) -> None:
-    assert writer.post("/v1/kernels", json=DEFINITION, headers=AUTH).status_code == 201
-    res = _post(writer, body)
+    assert sqlite_writer.post("/v1/kernels", json=DEFINITION, headers=AUTH).status_code == 201
+    res = _post(sqlite_writer, body)
     assert res.status_code == 422, res.text
     assert field in res.json()["detail"], res.json()
-    assert store.list_records(include_history=True) == []
+    assert sqlite_store.list_records(include_history=True) == []
 
 
 def test_the_gate_refuses_nonfinite_timings_the_api_never_sees() -> None:
@@ -139,12 +149,12 @@ def _kb_upload(device: str, times_peak: float) -> dict[str, Any]:
 @pytest.mark.parametrize("device", [H200, "NVIDIA H200 ", "NVIDIA  H200", "nvidia h200x",
                                     "NVIDIA-H200", "NVIDIA H2O0", "ＮＶＩＤＩＡ Ｈ２００"])
 def test_a_declared_upload_past_the_devices_peak_is_refused_under_any_spelling(
-        writer: TestClient, store: Store, device: str) -> None:
+        sqlite_writer: TestClient, sqlite_store: Store, device: str) -> None:
     for times in (9.9, 200.0, UPLOAD_PEAK_MARGIN * 1.05):
-        res = _post(writer, _kb_upload(device, times))
+        res = _post(sqlite_writer, _kb_upload(device, times))
         assert res.status_code == 422 and "latency_min_us" in res.json()["detail"], (times, res.text)
-    assert store.list_records(include_history=True) == []
-    ok = _post(writer, _kb_upload(device, 0.8))  # what a copy reaches on the H200
+    assert sqlite_store.list_records(include_history=True) == []
+    ok = _post(sqlite_writer, _kb_upload(device, 0.8))  # what a copy reaches on the H200
     assert ok.status_code == 201, ok.text
 
 

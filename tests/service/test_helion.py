@@ -247,6 +247,7 @@ def test_the_backend_loads_only_an_entry_of_the_key_it_asked_for(sqlite_store: S
     older server, a hand-edited database) is a miss, through the service and the local store."""
     import dataclasses
 
+    from kernelsearch.db.statuses import RecordOrigin
     from kernelsearch.search_space.acceptance import accepted_helion
 
     (k1, d1), (k2, d2) = entry(64), entry(128)
@@ -257,6 +258,11 @@ def test_the_backend_loads_only_an_entry_of_the_key_it_asked_for(sqlite_store: S
     monkeypatch.setenv("KS_HELION_TIMEOUT_S", "30")
     assert KernelsearchBackend().get(k1) == d1
     assert KernelsearchBackend().get(entry(32)[0]) is None
+    # A worker's entry stays against this process's put, and refusing it is no fault of the store.
+    k3, d3 = entry(256)
+    sqlite_store.put_helion_entry(accepted_helion(k3, d3, origin=RecordOrigin.WORKER))
+    KernelsearchBackend().put(k3, entry(256, block=1)[1])
+    assert CONNECTION.down_until == 0.0 and KernelsearchBackend().get(k3) == d3
     CONNECTION.reset()
     app = create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)
     with LiveServer(app) as s:

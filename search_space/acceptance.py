@@ -197,15 +197,15 @@ def _edits(a: str, b: str, most: int) -> int:
 def peak_bandwidth(device: str) -> float | None:
     """The peak memory bandwidth (bytes/s) a record on `device` is bounded by: a known device's,
     whatever its spelling; for a name that extends known ones ("NVIDIA H200 NVL"), the longest's;
-    else for a name within LOOKALIKE_EDITS letters of known ones, the nearest's; None for a
-    device unlike any known."""
+    else for a name within LOOKALIKE_EDITS letters of known ones ("NVIDIA H800"), the nearest's,
+    the highest of equally near ones; None for a device unlike any known."""
     c = device_class(device)
     if c in _PEAK_BY_CLASS:
         return _PEAK_BY_CLASS[c]
-    near = [(0 if c.startswith(k) else _edits(c, k, LOOKALIKE_EDITS), -len(k), bw)
+    near = [(0 if c.startswith(k) else _edits(c, k, LOOKALIKE_EDITS), -len(k), -bw)
             for k, bw in _PEAK_BY_CLASS.items()]
-    best = min(near)
-    return best[2] if best[0] <= LOOKALIKE_EDITS else None
+    edits, _, bw = min(near)  # the nearest; of equally near ones, the highest peak
+    return -bw if edits <= LOOKALIKE_EDITS else None
 
 
 def _latency_floor(k: KernelDef, rec: RecordIn) -> tuple[float, str]:

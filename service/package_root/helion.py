@@ -113,10 +113,12 @@ class _Connection:
         ok, value = box[0]
         if ok:
             return value
+        from kernelsearch.db.errors import Conflict
         from kernelsearch.search_space.acceptance import RecordRejected
         from kernelsearch.service.client import ClientError
 
-        if isinstance(value, RecordRejected) or (isinstance(value, ClientError) and 0 < value.status < 500):
+        # The local store's Conflict: a worker's entry under the key, which an upload never replaces.
+        if isinstance(value, (RecordRejected, Conflict)) or (isinstance(value, ClientError) and 0 < value.status < 500):
             log.warning("kernelsearch.helion: %s refused: %s", what, value)  # this entry, not the service
         else:
             self._failed(what, value)

@@ -11,13 +11,14 @@ in range) or breaks a physical bound (a latency faster than the device's memory 
 above the kernel's tolerance, an unbounded derived figure, a time outside the project's era).
 Checks the declaration cannot answer (a kernel without `bytes_moved`, a device of unknown
 bandwidth) are skipped, never turned into a refusal; the floors every kernel has (a nanosecond
-on any clock, a kernel launch on a GPU) are not. An upload (a user's process, not a worker) is
-held to the device's real peak bandwidth, a worker's measurement to ten times it (caches).
+on any clock, a kernel launch on a GPU) always apply. An upload (a user's process, not a worker)
+is held to the device's real peak bandwidth, a worker's measurement to ten times it (caches).
 
 Helion's autotune cache entries (`kernelsearch.helion`) are not records (no latency, error or
 versions; Helion's own config) and pass their own gate here, `accepted_helion`: Helion's entry
-shape, and the check the config passed (Helion's accuracy check against its default config)
-recorded as the entry's `checked_by`.
+shape, under the key Helion computes from the entry's own key fields, in JSON both databases
+store alike, and the check the config passed (Helion's accuracy check against its default
+config) recorded as the entry's `checked_by`.
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ from kernelsearch.kernels.undeclared import DTYPE_AXIS_SUFFIX, UndeclaredKernel
 # Bytes per second no device moves: 1000 TB/s, some 200 times an H200's HBM and well above any
 # on-chip cache. Applies on every device, known or not (an interpreter's too).
 MAX_BYTES_PER_S = 1e15
-# Peak memory bandwidth (bytes/s) from the vendors' datasheets. A record must not claim to move
-# its case's bytes faster than PEAK_MARGIN times this: the margin covers caches (a small case
-# may sit in L2) and datasheet rounding. A device not listed has only MAX_BYTES_PER_S.
+# Peak memory bandwidth (bytes/s) from the vendors' datasheets (family names bound the family's
+# other models, `peak_bandwidth`). A worker's record must not claim to move its case's bytes
+# faster than PEAK_MARGIN times this: the margin covers caches (a small case may sit in L2) and
+# datasheet rounding. A device unlike any listed has only MAX_BYTES_PER_S.
 PEAK_MEMORY_BANDWIDTH = {
     "NVIDIA H200": 4.8e12,
     "NVIDIA GH200": 4.9e12,

@@ -306,6 +306,8 @@ class HelionEntry(Base):
     backend: Mapped[str] = mapped_column(String(64))
     key_type: Mapped[str] = mapped_column(String(64))
     checked_by: Mapped[str] = mapped_column(String(64))
+    # Provenance (statuses.RecordOrigin): an upload never replaces a worker's entry.
+    origin: Mapped[str] = mapped_column(String(16), server_default=RecordOrigin.UPLOAD.value)
     uploaded_by: Mapped[str | None] = mapped_column(String(200))
     uploaded_from: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -191,6 +191,8 @@ class HelionEntryIn:
     backend: str
     key_type: str
     checked_by: str
+    # A worker's tuning or an upload (statuses.RecordOrigin): an upload never replaces a worker's.
+    origin: str = RecordOrigin.UPLOAD.value
     uploaded_by: str | None = None
     uploaded_from: str | None = None
 

@@ -243,6 +243,8 @@ class HelionEntryOut(BaseModel):
     backend: str
     key_type: str
     checked_by: str
+    origin: str = Field(description="worker (tuned by a worker) or upload; an upload never "
+                                    "replaces a worker's entry")
     uploaded_by: str | None
     uploaded_from: str | None
     created_at: datetime

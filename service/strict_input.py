@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import Request
 from pydantic import BeforeValidator
 
-from kernelsearch.db.portable import Loc, dotted, first_unportable
+from kernelsearch.db.portable import MAX_DEPTH, Loc, dotted, first_unportable
 
 from .errors import error_response, query_error
 
@@ -30,9 +30,11 @@ def json_problem(body: bytes) -> tuple[Loc, str] | None:
     the route's own parsing answers that)."""
     try:
         doc = json.loads(body)  # reads NaN and Infinity, and 1e400 as inf: found below
-    except (ValueError, RecursionError):
+    except RecursionError:
+        return ("body",), f"nested deeper than {MAX_DEPTH} levels"
+    except ValueError:
         return None
-    return first_unportable(doc, ("body",))
+    return first_unportable(doc, ("body",), max_depth=MAX_DEPTH)
 
 
 def _is_json(scope: Mapping[str, Any]) -> bool:
@@ -46,8 +48,9 @@ def _is_json(scope: Mapping[str, Any]) -> bool:
 
 
 class StrictJSON:
-    """Pure ASGI middleware: a JSON request body with a non-finite number or text that is not
-    valid Unicode (or holds NUL) is answered 422 before any route sees it."""
+    """Pure ASGI middleware: a JSON request body with a non-finite number, text that is not
+    valid Unicode (or holds NUL), or nesting past db.portable.MAX_DEPTH is answered 422 before
+    any route sees it."""
 
     def __init__(self, app: Any) -> None:
         self.app = app

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Self
 from kernelsearch.db.engine import is_transient, retrying
 from kernelsearch.db.errors import LeaseLost, StoreError, StoreUnavailable
 from kernelsearch.db.interfaces import JobQueue, Lease, WorkerStore
-from kernelsearch.db.statuses import JobStatus
+from kernelsearch.db.statuses import JobStatus, RecordOrigin
 from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
 from kernelsearch.search_space.states import CUT_SHORT
@@ -391,7 +391,7 @@ class Worker:
         try:
             entry = accepted_helion(tuned.key, tuned.data, kernel=hjob.kernel, arg_names=hjob.arg_names,
                                     checked=tuned.checked, by=f"worker {self.owner}"[:200],
-                                    host=socket.gethostname())
+                                    host=socket.gethostname(), origin=RecordOrigin.WORKER)
         except RecordRejected as exc:
             return JobStatus.FAILED, f"the tuned entry was refused by the gate: {exc}"
         self.store.under_lease(held).put_helion_entry(entry)

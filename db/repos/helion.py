@@ -7,7 +7,9 @@ from dataclasses import asdict, fields
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..errors import Conflict
 from ..models import HelionEntry, utcnow
+from ..statuses import RecordOrigin
 from ..views import HelionEntryIn, HelionEntryView
 from ._base import RepoBase
 
@@ -19,15 +21,25 @@ def _view(row: HelionEntry) -> HelionEntryView:
     return HelionEntryView(**{c: getattr(row, c) for c in _COLUMNS})
 
 
+def outranks(stored: str, new: str) -> bool:
+    """Whether a stored entry of origin `stored` stays against a new one of origin `new`: a
+    worker's against an upload (as records rank, db.repos.records.rank)."""
+    return stored != RecordOrigin.UPLOAD and new == RecordOrigin.UPLOAD
+
+
 class HelionRepo(RepoBase):
     def put_helion_entry(self, entry: HelionEntryIn) -> HelionEntryView:
         """Store an entry, replacing the one under the same cache key (Helion writes a key again
-        when it tunes it again: the newest config is the one it uses)."""
+        when it tunes it again: the newest config is the one it uses), unless that one is a
+        worker's and this an upload: Conflict then, and the worker's entry stays."""
 
         def tx(s: Session) -> HelionEntryView:
             row = s.execute(select(HelionEntry).where(HelionEntry.cache_key == entry.cache_key)
                             .with_for_update()).scalar_one_or_none()
             values = asdict(entry)
+            if row is not None and outranks(row.origin, entry.origin):
+                raise Conflict(f"{entry.cache_key}: a worker tuned the entry under this key; an "
+                               f"upload does not replace it")
             if row is None:
                 row = HelionEntry(**values)
                 s.add(row)

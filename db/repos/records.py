@@ -309,6 +309,14 @@ class RecordRepo(RepoBase):
 
         return self._tx(q, write=False)
 
-    def has_records(self) -> bool:
-        """True when at least one record is stored (used by `records import --if-empty`)."""
-        return self._tx(lambda s: s.execute(select(Record.id).limit(1)).first() is not None, write=False)
+    def has_records(self, kernel: str | None = None) -> bool:
+        """True when at least one record is stored (used by `records import --if-empty`), of
+        `kernel` when one is named (a definition with records is not replaced by another's)."""
+
+        def q(s: Session) -> bool:
+            stmt = select(Record.id)
+            if kernel is not None:
+                stmt = stmt.join(Kernel, Kernel.id == Record.kernel_id).where(Kernel.name == kernel)
+            return s.execute(stmt.limit(1)).first() is not None
+
+        return self._tx(q, write=False)

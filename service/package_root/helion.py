@@ -115,10 +115,12 @@ class _Connection:
         ok, value = box[0]
         if ok:
             return value
+        from kernelsearch.db.errors import Conflict
         from kernelsearch.search_space.acceptance import RecordRejected
         from kernelsearch.service.client import ClientError
 
-        if isinstance(value, RecordRejected) or (isinstance(value, ClientError) and 0 < value.status < 500):
+        # The local store's Conflict: a worker's entry under the key, which an upload never replaces.
+        if isinstance(value, (RecordRejected, Conflict)) or (isinstance(value, ClientError) and 0 < value.status < 500):
             log.warning("kernelsearch.helion: %s refused: %s", what, value)  # this entry, not the service
         else:
             self._failed(what, value)
@@ -269,6 +271,21 @@ def _default_entry(cache: Any) -> str:
     return json.dumps({"config": config.to_json(), "key": _key_doc(cache)}, indent=2)
 
 
+def _entry_of(key: str, data: str) -> bool:
+    """Whether an entry's text is the one Helion asked for: its own key fields hash to `key` as
+    Helion computes it. Anything else (a forged or mangled entry) is a miss, never loaded."""
+    from kernelsearch.search_space.acceptance import RecordRejected, helion_entry_key
+
+    try:
+        if helion_entry_key(data) == key:
+            return True
+    except RecordRejected:
+        pass
+    log.warning("kernelsearch.helion: the entry served under %s is not that key's (its own key "
+                "fields hash otherwise): not loaded, a miss", key[:12])
+    return False
+
+
 class KernelsearchBackend(RemoteCacheBackend):
     """Helion's `RemoteCacheBackend` over kernelsearch: `HELION_REMOTE_CACHE_BACKEND=
     kernelsearch.helion.KernelsearchBackend` with `HELION_AUTOTUNE_CACHE=RemoteAutotuneCache`."""
@@ -299,7 +316,7 @@ class KernelsearchBackend(RemoteCacheBackend):
         def fetch() -> str | None:
             if c.client is not None:
                 got = c.client.helion_get(key)
-                if got is not None:
+                if got is not None and _entry_of(key, str(got["data"])):
                     return str(got["data"])
                 if cache is None:
                     return None
@@ -318,7 +335,7 @@ class KernelsearchBackend(RemoteCacheBackend):
                              "config while job %s tunes it", capture["qualname"], key[:12], job.get("id"))
                 return default
             entry = c.store.get_helion_entry(key)
-            return None if entry is None else entry.data
+            return entry.data if entry is not None and _entry_of(key, entry.data) else None
 
         return c.call("get", fetch, None)
 

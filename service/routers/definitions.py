@@ -17,9 +17,10 @@ router = APIRouter(tags=["kernels"])
 @router.post("/v1/kernels", status_code=201, response_model=schemas.KernelOut,
              responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
 def register_kernel(body: schemas.DefinitionIn, store: StoreDep) -> Any:
-    """Register (or update) an undeclared kernel: its identity, key and configs."""
+    """Register (or update) an undeclared kernel: its identity, key and configs. 409 for a
+    declared kernel's name, or for another module's kernel of that name which has records."""
     try:
-        kdef = register_definition(body.model_dump())
+        kdef = register_definition(body.model_dump(), store=store)
     except DefinitionConflict as exc:
         raise HTTPException(409, str(exc)) from None
     except ValueError as exc:

@@ -34,8 +34,10 @@ def entry_json(e: HelionEntryView) -> dict[str, Any]:
 @router.put("/v1/helion/entries/{key}", response_model=schemas.HelionEntryOut,
             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
 def put_entry(body: schemas.HelionEntryIn, request: Request, store: StoreDep, key: str = KEY) -> Any:
-    """Store Helion's entry under its cache key (replacing the key's entry), once the acceptance
-    gate has read it: Helion's key fields, a config, and Helion's accuracy check not turned off."""
+    """Store Helion's entry under its cache key (replacing the key's upload), once the acceptance
+    gate has read it: Helion's key fields, whose hash (as Helion computes it) is the key, a
+    config, and Helion's accuracy check not turned off. 409 when a worker tuned the key's entry:
+    an upload never replaces it."""
     token = request.app.state.writer_token
     try:
         entry = accepted_helion(key, body.data, kernel=body.kernel, arg_names=body.arg_names,
@@ -43,7 +45,10 @@ def put_entry(body: schemas.HelionEntryIn, request: Request, store: StoreDep, ke
                                 host=request.client.host if request.client else None)
     except RecordRejected as e:
         raise refused(e) from None
-    return entry_json(store.put_helion_entry(entry))
+    try:
+        return entry_json(store.put_helion_entry(entry))
+    except dberr.Conflict as e:
+        raise HTTPException(409, str(e)) from None
 
 
 @router.get("/v1/helion/entries/{key}", response_model=schemas.HelionEntryOut, responses=ERRORS)

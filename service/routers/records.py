@@ -53,10 +53,11 @@ def refused(e: RecordRejected) -> HTTPException | RequestValidationError:
 def upload_record(body: RecordDoc, request: Request, store: StoreDep, cache: BestCacheDep) -> Any:
     """Store a record tuned outside the workers (`@kernelsearch.autotune` sharing what it tuned).
     It passes the acceptance gate (search_space.acceptance) and is marked as an upload: who made
-    it and from which host (`uploaded_from` as the client gives it, else its address). It becomes
-    the current record only against other uploads or none: never over a worker's record."""
+    it and from which address (the request's: `origin`, `uploaded_by` and `uploaded_from` in the
+    body are ignored). It becomes the current record only against other uploads or none: never
+    over a worker's record."""
     token = request.app.state.writer_token
-    host = body.uploaded_from or (request.client.host if request.client else None)
+    host = request.client.host if request.client else None
     rec = as_upload(body.to_record_in(), by=TOKEN_UPLOADER if token else ANONYMOUS, host=host)
     try:
         rec = accepted(rec)

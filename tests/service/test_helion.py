@@ -13,13 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from fastapi.testclient import TestClient
 from svc_helpers import LiveServer, free_port, settings_for
 
 helion = pytest.importorskip("helion")
 
 import helion.language as hl  # noqa: E402
 from helion.autotuner import FiniteSearch  # noqa: E402
-from helion.autotuner.base_cache import LooseAutotuneCacheKey  # noqa: E402
+from helion.autotuner.base_cache import LooseAutotuneCacheKey, StrictAutotuneCacheKey  # noqa: E402
 from helion.autotuner.remote_cache import RemoteAutotuneCache  # noqa: E402
 
 from kernelsearch.db.store import Store  # noqa: E402
@@ -29,19 +30,48 @@ from kernelsearch.service.api import create_app  # noqa: E402
 from kernelsearch.service.client import Client, InvalidRequest, Unauthorized  # noqa: E402
 
 TOKEN = "tok"
-SPEC = ("((torch.float16, torch.Size([64, 128]), (128, 1), frozenset()), "
-        "(torch.float16, torch.Size([64, 128]), (128, 1), frozenset()), 'cuda', None, False)")
 
 
-def entry(block: int, hardware: str = "NVIDIA H200", spec: str = SPEC) -> tuple[str, str]:
-    """A Helion cache key and entry text, in the shape Helion's LocalAutotuneCache writes."""
-    fields = {"specialization_key": spec, "extra_results": "()", "kernel_source_hash": "ab" * 32,
-              "hardware": hardware, "runtime_name": "12.8", "backend": "triton",
-              "config_spec_hash": "cd" * 32, "extra_cache_key": "", "best_of_k": "1"}
-    data = json.dumps({"config": json.dumps({"block_sizes": [block, 32], "num_warps": 4}, indent=2),
+def spec(rows: int = 64) -> str:
+    """Helion's specialization key (as str() writes it) of two fp16 [rows, 128] tensors."""
+    t = f"(torch.float16, torch.Size([{rows}, 128]), (128, 1), frozenset())"
+    return f"({t}, {t}, 'cuda', None, False)"
+
+
+SPEC = spec()
+
+
+class _Shown:
+    """A key field shown as given: Helion's tuples (of torch dtypes and sizes) as their text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+
+def helion_key(key_type: type = LooseAutotuneCacheKey, spec_text: str = SPEC,
+               hardware: str = "NVIDIA H200", **kw: object) -> tuple[str, dict[str, str]]:
+    """Helion's own cache key (`stable_hash`) and the key fields its local cache writes."""
+    key = key_type(specialization_key=_Shown(spec_text), extra_results=_Shown("()"),
+                   kernel_source_hash="ab" * 32, hardware=hardware, runtime_name="12.8",
+                   backend="triton", config_spec_hash="cd" * 32, extra_cache_key="", **kw)
+    return key.stable_hash(), {k: str(v) for k, v in vars(key).items()}
+
+
+def entry(rows: int, hardware: str = "NVIDIA H200", block: int | None = None,
+          config: str | None = None) -> tuple[str, str]:
+    """A Helion cache key and entry text, in the shape Helion's LocalAutotuneCache writes: the
+    key of tensors of `rows` rows, the config's first block `block` (else `rows`)."""
+    key, fields = helion_key(spec_text=spec(rows), hardware=hardware)
+    block = rows if block is None else block
+    data = json.dumps({"config": config or json.dumps({"block_sizes": [block, 32], "num_warps": 4}, indent=2),
                        "key": {"type": "LooseAutotuneCacheKey", "fields": fields},
                        "flat_config": json.dumps([block, 32, 4])}, indent=2)
-    return hashlib.sha256(f"{hardware}{spec}{block}".encode()).hexdigest(), data
+    return key, data
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +112,7 @@ def test_get_put_list_round_trip_against_the_service(server: LiveServer) -> None
                            "t1.dtype": "float16", "t1.size0": 64, "t1.size1": 128}
     assert got["uploaded_by"] == "api-token"
     # Helion writes a key again when it tunes it again: the newest text is served.
-    _, d1b = entry(32)
+    _, d1b = entry(64, block=32)
     backend.put(k1, d1b)
     assert backend.get(k1) == d1b and list(backend.list(10))[0] == d1b
 
@@ -95,7 +125,7 @@ def test_the_gate_refuses_what_is_not_a_checked_helion_entry(server: LiveServer)
     with Client(server.url, token=TOKEN) as c:
         with pytest.raises(InvalidRequest, match="accuracy check off"):
             c.helion_put(key, data, checked=False)
-        with pytest.raises(InvalidRequest, match="data.key.fields"):
+        with pytest.raises(InvalidRequest, match="data.key"):
             c.helion_put(key, json.dumps({"config": "{}"}))
         with pytest.raises(InvalidRequest, match="data.config"):
             c.helion_put(key, data.replace('"config": "{', '"config": "[{', 1))
@@ -106,6 +136,140 @@ def test_the_gate_refuses_what_is_not_a_checked_helion_entry(server: LiveServer)
         stored = c.helion_put(key, data, kernel="mypkg.kernels.softmax", arg_names=["x", "y"], checked=True)
     assert stored["kernel"] == "helion:mypkg.kernels.softmax" and stored["checked_by"] == HELION_CHECKED
     assert stored["axes"]["x.dtype"] == "float16" and stored["axes"]["y.size1"] == 128
+
+
+def _entry_text(fields: dict[str, str], config: str, key_type: str = "LooseAutotuneCacheKey") -> str:
+    return json.dumps({"config": config, "key": {"type": key_type, "fields": fields}})
+
+
+def test_the_key_is_the_hash_of_the_entrys_own_key_fields_as_helion_computes_it() -> None:
+    """Helion's own keys (LooseAutotuneCacheKey, StrictAutotuneCacheKey, best_of_k shown or not)
+    are recomputed from the entry's fields; an entry under any other key is refused."""
+    from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion, helion_entry_key
+
+    config = json.dumps({"block_sizes": [64, 32]})
+    for key_type, kw in ((LooseAutotuneCacheKey, {}), (LooseAutotuneCacheKey, {"best_of_k": 3}),
+                         (StrictAutotuneCacheKey, {"helion_key": "h" * 64, "torch_key": "t" * 64,
+                                                   "triton_key": "r" * 64}),
+                         (StrictAutotuneCacheKey, {"best_of_k": 2, "helion_key": "h", "torch_key": "t",
+                                                   "triton_key": "r"}),
+                         (LooseAutotuneCacheKey, {"hardware": "NVIDIA \"H200\" 'x' \\"})):
+        key, fields = helion_key(key_type, **kw)
+        data = _entry_text(fields, config, key_type.__name__)
+        assert helion_entry_key(data) == key, (key_type, kw)
+        assert accepted_helion(key, data).cache_key == key
+    other, _ = entry(128)
+    key, fields = helion_key()
+    for bad_key, bad_fields, field in (
+            (other, fields, "key"),  # another shape's key
+            (key, {**fields, "hardware": "NVIDIA B200"}, "key"),  # the fields changed under the key
+            (key, {**fields, "extra": "x"}, "data.key.fields"),
+            (key, {k: v for k, v in fields.items() if k != "best_of_k"}, "data.key.fields"),
+            (key, {**fields, "best_of_k": "01"}, "data.key.fields.best_of_k"),
+            (key, {**fields, "specialization_key": "x), hardware=('y"}, "data.key.fields.specialization_key")):
+        with pytest.raises(RecordRejected) as e:
+            accepted_helion(bad_key, _entry_text(bad_fields, config))
+        assert e.value.field == field, (bad_fields, e.value)
+    with pytest.raises(RecordRejected) as e:
+        accepted_helion(key, _entry_text(fields, config, "BoundKernelInMemoryCacheKey"))
+    assert e.value.field == "data.key.type"
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# (id, entry text's key fields and config): hostile text each backend must refuse alike.
+_HOSTILE = {
+    "config-nested-deep": ({}, json.dumps({"block_sizes": [1]})[:-1] + ', "x": ' + _nested(5000) + "}"),
+    "config-nested-past-the-bound": ({}, json.dumps({"x": json.loads(_nested(100))})),
+    "config-nan": ({}, '{"block_sizes": [NaN, 32]}'),
+    "config-infinity": ({}, '{"block_sizes": [Infinity, 32], "num_warps": -Infinity}'),
+    "key-field-escaped-nul": ({"hardware": r"NVIDIA\u0000H200"}, json.dumps({"block_sizes": [1]})),
+    "key-field-lone-surrogate": ({"hardware": r"NVIDIA\ud800"}, json.dumps({"block_sizes": [1]})),
+    "config-key-nul": ({}, '{"block\\u0000sizes": [1]}'),
+}
+
+
+def _hostile_data(fields_over: dict[str, str], config: str) -> tuple[str, str]:
+    key, fields = helion_key()
+    doc = json.dumps({"config": config, "key": {"type": "LooseAutotuneCacheKey", "fields": fields}})
+    for name, raw in fields_over.items():  # escapes written into the JSON text as they are
+        doc = doc.replace(json.dumps(fields[name]), f'"{raw}"', 1)
+    return key, doc
+
+
+@pytest.mark.parametrize("case", list(_HOSTILE))
+def test_hostile_entry_text_is_a_4xx_on_both_backends(store: Store, case: str) -> None:
+    """PUT /v1/helion/entries answered 500 on deeply nested JSON (both backends), and on
+    PostgreSQL on NaN/Infinity in the config and an escaped NUL in a key field."""
+    app = create_app(settings_for(store.url, api_token=TOKEN), store=store)
+    key, data = _hostile_data(*_HOSTILE[case])
+    with TestClient(app, raise_server_exceptions=False) as c:
+        res = c.put(f"/v1/helion/entries/{key}", json={"data": data}, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert res.status_code == 422, (case, res.status_code, res.text[:300])
+        assert res.json()["detail"].startswith("body.data"), res.json()["detail"][:300]
+        deep = '{"data": "x", "kernel": ' + _nested(5000) + "}"  # the request body itself
+        res = c.put(f"/v1/helion/entries/{key}", content=deep,
+                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        assert 400 <= res.status_code < 500, res.text[:300]
+    assert store.get_helion_entry(key) is None
+
+
+def test_an_upload_never_replaces_a_workers_entry(store: Store) -> None:
+    from kernelsearch.db.statuses import RecordOrigin
+    from kernelsearch.search_space.acceptance import accepted_helion
+
+    key, tuned = entry(64)
+    _, forged = entry(64, block=1)
+    _, other = entry(64, block=16)
+    app = create_app(settings_for(store.url, api_token=TOKEN), store=store)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(app) as c:
+        # An upload replaces an upload (Helion writes its key again when it tunes it again) ...
+        assert c.put(f"/v1/helion/entries/{key}", json={"data": other}, headers=auth).status_code == 200
+        assert c.put(f"/v1/helion/entries/{key}", json={"data": forged}, headers=auth).json()["origin"] == "upload"
+        # ... a worker's tuning replaces an upload, and no upload replaces the worker's.
+        got = store.put_helion_entry(accepted_helion(key, tuned, by="worker w1", origin=RecordOrigin.WORKER))
+        assert got.origin == "worker" and got.data == tuned
+        res = c.put(f"/v1/helion/entries/{key}", json={"data": forged}, headers=auth)
+        assert res.status_code == 409 and "worker" in res.json()["detail"], res.text
+        served = c.get(f"/v1/helion/entries/{key}").json()
+        assert served["data"] == tuned and served["origin"] == "worker"
+        # A worker tuning the key again still replaces its own.
+        again = store.put_helion_entry(accepted_helion(key, other, origin=RecordOrigin.WORKER))
+        assert again.data == other
+
+
+def test_the_backend_loads_only_an_entry_of_the_key_it_asked_for(sqlite_store: Store,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry stored under a key its own fields do not hash to (put there past the gate: an
+    older server, a hand-edited database) is a miss, through the service and the local store."""
+    import dataclasses
+
+    from kernelsearch.db.statuses import RecordOrigin
+    from kernelsearch.search_space.acceptance import accepted_helion
+
+    (k1, d1), (k2, d2) = entry(64), entry(128)
+    sqlite_store.put_helion_entry(accepted_helion(k1, d1))
+    sqlite_store.put_helion_entry(dataclasses.replace(accepted_helion(k2, d2), cache_key=entry(32)[0]))
+    monkeypatch.delenv("KS_SERVICE_URL", raising=False)
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.setenv("KS_HELION_TIMEOUT_S", "30")
+    assert KernelsearchBackend().get(k1) == d1
+    assert KernelsearchBackend().get(entry(32)[0]) is None
+    # A worker's entry stays against this process's put, and refusing it is no fault of the store.
+    k3, d3 = entry(256)
+    sqlite_store.put_helion_entry(accepted_helion(k3, d3, origin=RecordOrigin.WORKER))
+    KernelsearchBackend().put(k3, entry(256, block=1)[1])
+    assert CONNECTION.down_until == 0.0 and KernelsearchBackend().get(k3) == d3
+    CONNECTION.reset()
+    app = create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)
+    with LiveServer(app) as s:
+        monkeypatch.setenv("KS_SERVICE_URL", s.url)
+        assert KernelsearchBackend().get(k1) == d1
+        assert KernelsearchBackend().get(entry(32)[0]) is None
+        assert CONNECTION.down_until == 0.0  # a wrong entry is no fault of the service
 
 
 def test_the_store_keeps_entries_newest_first_one_per_key(store: Store) -> None:

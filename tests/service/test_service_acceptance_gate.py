@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from kernelsearch import kernels
 from kernelsearch.kernels import registry
 from kernelsearch.db.store import Store
+from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.search_space.acceptance import RecordRejected, accepted
 from kernelsearch.service.api import create_app
 from kernelsearch.service.cli import app as cli_app
@@ -156,13 +157,10 @@ def test_an_upload_is_marked_and_never_outranks_a_worker_record(writer: TestClie
     res = writer.post("/v1/records", json=body, headers=AUTH)
     assert res.status_code == 201, res.text
     up = res.json()
-    assert (up["origin"], up["uploaded_by"], up["uploaded_from"]) == ("upload", "api-token", "laptop-7")
+    # The request's address names where it came from, whatever the body says.
+    assert (up["origin"], up["uploaded_by"], up["uploaded_from"]) == ("upload", "api-token", "testclient")
     assert up["is_current"] is False
     assert _best(writer).json()["latency_us"] == 20.0
-    # Without a host of its own, the request's address names where it came from.
-    body = good_body(4.0)
-    body.pop("uploaded_from")
-    assert writer.post("/v1/records", json=body, headers=AUTH).json()["uploaded_from"] == "testclient"
 
 
 def test_uploads_compete_among_themselves_and_a_worker_record_replaces_them(client: TestClient,
@@ -221,17 +219,21 @@ def test_records_delete_cli(store: Store) -> None:
 
 
 def test_the_gate_skips_what_the_declaration_cannot_answer() -> None:
-    """A kernel without bytes_moved (an undeclared one) has no memory bound; an unknown device
-    only the universal one; the other checks still apply."""
-    k = kernels.get_kernel(KA)
-    rec = record(KA, AXES, 1e-6)
+    """A kernel without bytes_moved (an undeclared one) has no memory bound, only the launch
+    floor on a GPU (none under the interpreter's wall clock); an unknown device only the
+    universal bound; the other checks still apply."""
+    k = kernels.get_kernel(KB)
+    rec = record(KB, {"seq_len": 2851}, 0.05, device=INTERPRETER_DEVICE)  # 143 MB at 1000 TB/s: 0.14 us
     with pytest.raises(RecordRejected) as e:
         accepted(rec)
-    assert e.value.field == "latency_min_us"
+    assert e.value.field == "latency_min_us" and "bytes" in e.value.reason
     nobytes = dataclasses.replace(k, name="ks_test_no_bytes", bytes_moved=None)  # type: ignore[arg-type]
     kernels.register(nobytes)
     try:
         assert accepted(dataclasses.replace(rec, kernel=nobytes.name)).latency_min_us == rec.latency_min_us
+        with pytest.raises(RecordRejected) as e:
+            accepted(dataclasses.replace(rec, kernel=nobytes.name, device=H200))
+        assert e.value.field == "latency_min_us" and "launch" in e.value.reason
         with pytest.raises(RecordRejected) as e:
             accepted(dataclasses.replace(rec, kernel=nobytes.name, config={}))
         assert e.value.field == "config"

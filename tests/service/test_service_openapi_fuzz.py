@@ -56,6 +56,20 @@ def test_every_check_passes(case) -> None:
         case.call_and_validate(headers=headers, excluded_checks=excluded)
 
 
+HELION_OPERATIONS = {("PUT", "/v1/helion/entries/{key}"), ("GET", "/v1/helion/entries/{key}"),
+                     ("GET", "/v1/helion/entries"), ("POST", "/v1/helion/jobs")}
+
+
+def test_the_helion_routes_run_in_the_coverage_phase() -> None:
+    """Schemathesis' coverage phase (boundary and invalid values of every parameter and body
+    field) runs on the Helion routes with the others: they are in the schema and nothing turns
+    the phase off for them. Their hostile entry text is tests/service/test_helion.py's."""
+    ops = {(op.method.upper(), op.path): op for op in (r.ok() for r in schema.get_all_operations())}
+    assert HELION_OPERATIONS <= set(ops)
+    for key in HELION_OPERATIONS:
+        assert schema.config.phases_for(operation=ops[key]).coverage.enabled, key
+
+
 @pytest.mark.parametrize("path, methods", [("/v1/jobs", "GET, POST"), ("/v1/records", "GET, POST"),
                                            ("/v1/jobs/1/cancel", "POST")])
 def test_405_names_every_method_of_the_path(sqlite_client, path: str, methods: str) -> None:

@@ -14,6 +14,7 @@ from kernelsearch.kernels.undeclared import MAX_NAME_CHARS
 from kernelsearch.search_space.acceptance import RecordRejected, accepted, as_upload
 
 from .. import schemas
+from ..definitions import known_or_reloaded
 from ..deps import BestCacheDep, StoreDep, require_writer
 from ..lookups import run_read
 from ..views import record_json
@@ -32,6 +33,7 @@ async def records(store: StoreDep, kernel: str | None = Query(None, max_length=M
                   device: str | None = Query(None, max_length=200)) -> Any:
     """The current tuned records, optionally of one kernel and/or one device."""
     if kernel is not None:
+        await run_read(known_or_reloaded, store, kernel)
         kernel_or_404(kernel)
     if device is not None:
         check_text("device", device)

@@ -48,7 +48,7 @@ def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) 
         raise HTTPException(422, f"cases: at most {settings.max_cases_per_job} per job "
                                  f"(KS_MAX_CASES_PER_JOB), got {len(cases)}")
     if body.capture is not None:
-        _check_capture(k, body.capture, cases)
+        _check_capture(k, body.capture, cases, settings)
     sampler = body.sampler or "tpe"
     known = _samplers()
     if known and sampler not in known:
@@ -90,18 +90,26 @@ def cancel_job(job_id: Annotated[AsciiInt, JOB_ID], store: StoreDep) -> Any:
     return job_json(store.cancel_job(job_id))
 
 
-def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    """A capture belongs to an undeclared kernel's job of the one case its call has (422 naming
-    the field otherwise); its size is bounded by the request's (KS_MAX_BODY_BYTES)."""
+def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]],
+                   settings: Any) -> None:
+    """A capture belongs to an undeclared kernel's job of the one case its call has, of a
+    module the workers trust, within the bounds of what a worker runs (422 naming the field or
+    the setting otherwise); its size is bounded by the request's (KS_MAX_BODY_BYTES)."""
     from kernelsearch.kernels.capture import Capture, CaptureError
     from kernelsearch.kernels.undeclared import UndeclaredKernel
+
+    from ..job_policy import module_refusal, submit_bounds
 
     if not isinstance(k, UndeclaredKernel):
         raise HTTPException(422, f"capture: {k.name} is a declared kernel; only an undeclared "
                                  f"kernel's job carries a capture")
+    refused = module_refusal(k.definition.module, settings)
+    if refused is not None:
+        raise HTTPException(422, f"kernel: {refused}")
     try:
         cap = Capture.from_json(capture)
         cap.check_against(k.definition)
+        cap.check_bounds(submit_bounds(settings), key=k.definition.key)
     except CaptureError as exc:
         raise HTTPException(422, str(exc)) from None
     axes = cap.case_axes(k.definition)

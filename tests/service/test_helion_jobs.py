@@ -31,6 +31,8 @@ from kernelsearch.service.helion_jobs import parse_job  # noqa: E402
 from kernelsearch.service.worker import Worker  # noqa: E402
 
 TOKEN = "tok"
+# The modules these tests' jobs name, as an operator allows them (KS_JOB_MODULES).
+MODULES = ["helion_job_kernel", "no_such_helion_module"]
 HERE = Path(__file__).parent
 
 # A user's program: one call of the kernel, then what Helion did.
@@ -56,7 +58,7 @@ def _fresh_connection() -> Iterator[None]:
 
 @pytest.fixture
 def server(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
-    app = create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)
+    app = create_app(settings_for(sqlite_store.url, api_token=TOKEN, job_modules=MODULES), store=sqlite_store)
     with LiveServer(app) as s:
         monkeypatch.setenv("KS_SERVICE_URL", s.url)
         monkeypatch.setenv("KS_API_TOKEN", TOKEN)
@@ -64,6 +66,7 @@ def server(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Liv
         monkeypatch.setenv("HELION_REMOTE_CACHE_BACKEND", "kernelsearch.helion.KernelsearchBackend")
         monkeypatch.setenv("HELION_AUTOTUNE_CACHE", "RemoteAutotuneCache")
         monkeypatch.setattr("helion.autotuner.benchmark_provider.do_bench", _cpu_do_bench())
+        monkeypatch.setenv("KS_TEST_HELION_CPU_TIMER", "1")  # the same in a worker's job child
         yield s
 
 
@@ -84,7 +87,7 @@ def run_user(server: LiveServer, cache_dir: Path, on_miss: str = "default") -> d
 
 
 def worker(store: Store, **kw: Any) -> Worker:
-    return Worker(settings_for(store.url, **kw), store, owner="helion-worker")
+    return Worker(settings_for(store.url, **{"job_modules": MODULES, **kw}), store, owner="helion-worker")
 
 
 def default_config() -> dict[str, Any]:
@@ -248,8 +251,8 @@ def test_a_worker_that_lost_its_lease_stores_nothing(server: LiveServer, sqlite_
         job_id = c.helion_queue(cap["key"], cap)["id"]
     real = helion_jobs.tune
 
-    def tune_then_lose_the_lease(job: Any, owner: str) -> Any:
-        tuned = real(job, owner)
+    def tune_then_lose_the_lease(job: Any, owner: str, **kw: Any) -> Any:
+        tuned = real(job, owner, **kw)
         assert sqlite_store.claim_job("other-worker", 1e-6) is not None
         return tuned
 

@@ -395,15 +395,17 @@ class Worker:
         self.store.update_job_progress(held, trials_done=0, current_case={"index": 0, "axes": job.cases[0]})
         limit_at = self._limit_at if self._limit_at is not None else time.monotonic() + self.settings.job_max_seconds
 
-        def stop() -> bool:
-            return self.stop_event.is_set() or lease.lost.is_set() or self._job_cancelled()
+        def stop() -> bool:  # KS_JOB_MAX_SECONDS is the child's limit_s: a failure, not a stop
+            watch = self._cancel_watch
+            return (self.stop_event.is_set() or lease.lost.is_set()
+                    or (watch is not None and watch.cancelled.is_set()))
 
         try:
             tuned = helion_jobs.tune(hjob, self.owner, stop=stop,
                                      limit_s=max(0.001, limit_at - time.monotonic()))
         except JobChildStopped as exc:
             if exc.timed_out:
-                return JobStatus.FAILED, self._limit_error("Helion's search killed")
+                return JobStatus.FAILED, self._limit_error("Helion's search")
             return None, None
         except KernelModuleUnavailable as exc:
             if job.attempts < self.settings.capture_import_tries:
@@ -495,7 +497,8 @@ class Worker:
 
     def _limit_error(self, what: str) -> str:
         return (f"ran past KS_JOB_MAX_SECONDS ({self.settings.job_max_seconds:g} s) on worker "
-                f"{self.owner}; its child process was killed ({what})")
+                f"{self.owner}: stopped, a trial or search in flight killed with its child "
+                f"process ({what})")
 
     def _job_cancelled(self) -> bool:
         """Asked while a trial runs: a cancelled job, or one past KS_JOB_MAX_SECONDS, stops it

@@ -32,7 +32,7 @@ from kernelsearch.service.worker import Worker  # noqa: E402
 
 TOKEN = "tok"
 # The modules these tests' jobs name, as an operator allows them (KS_JOB_MODULES).
-MODULES = ["helion_job_kernel", "no_such_helion_module"]
+MODULES = ["helion_job_kernel", "no_such_helion_module", "ks_poison_exit", "ks_poison_crash"]
 HERE = Path(__file__).parent
 
 # A user's program: one call of the kernel, then what Helion did.
@@ -217,6 +217,25 @@ def test_a_worker_with_another_key_or_without_the_module_fails_the_job(
     assert "no_such_helion_module" in missing.error and "KS_KERNEL_MODULES" in missing.error
     with Client(server.url) as c:
         assert c.helion_list(10) == []  # nothing stored under a key the worker did not tune
+
+
+def test_a_helion_job_whose_module_exits_or_crashes_fails_alone(
+        server: LiveServer, sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 33.1: a Helion job runs in a child process of its own; a module that exits
+    (SystemExit) or crashes (SIGSEGV) on import ends that child and fails its job naming the
+    module, and the worker claims the next job."""
+    cap = _queued_capture(server, sqlite_store, monkeypatch, tmp_path)
+    with Client(server.url, token=TOKEN) as c:
+        ids = [c.helion_queue(key, {**cap, "key": key, "module": module})["id"]
+               for key, module in (("2" * 64, "ks_poison_exit"), ("3" * 64, "ks_poison_crash"))]
+    w = worker(sqlite_store)
+    assert w.run_one() and w.run_one()
+    exited, crashed = (sqlite_store.get_job(i) for i in ids)
+    assert exited is not None and exited.status == JobStatus.FAILED and exited.error is not None
+    assert "raised SystemExit: 3" in exited.error and "'ks_poison_exit'" in exited.error
+    assert crashed is not None and crashed.status == JobStatus.FAILED and crashed.error is not None
+    assert "was killed by SIGSEGV" in crashed.error and "'ks_poison_crash'" in crashed.error
+    assert "lives on" in crashed.error
 
 
 def test_a_helion_job_submit_is_checked(server: LiveServer, sqlite_store: Store,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from svc_helpers import KB, settings_for
+from svc_helpers import settings_for
 
 from kernelsearch.db.statuses import JobStatus
 from kernelsearch.db.store import Store
@@ -20,6 +20,7 @@ from kernelsearch.service.worker import Worker
 
 pytestmark = pytest.mark.timeout(300)
 POISON = ["ks_poison_exit", "ks_poison_crash"]
+GOOD = "ks_good_scale"
 CASE = {"n": 8, "x.dtype": "float32", "y.dtype": "float32"}
 
 
@@ -57,6 +58,24 @@ def runners() -> Iterator[tuple[TrialRunner, TrialRunner]]:
         b.close()
 
 
+def _submit_good(c: TestClient, kernel: str = "scale_kernel") -> int:
+    """A capture job of a ks_good_scale kernel on 16 elements, as its decorator sends it."""
+    import torch
+
+    import ks_good_scale
+    from kernelsearch.kernels.capture import capture_call
+    from kernelsearch.service.autotune import undeclared_kernel
+
+    named = {"x_ptr": torch.randn(16), "y_ptr": torch.empty(16), "n": 16}
+    und = undeclared_kernel(getattr(ks_good_scale, kernel), named)
+    cap = capture_call(named, [], [{"BLOCK": 16, "num_warps": 1}], (1,))
+    assert c.post("/v1/kernels", json=und.definition.as_json()).status_code == 201
+    got = c.post("/v1/jobs", json={"kernel": und.name, "n_trials": 1, "sampler": "grid",
+                                   "cases": [cap.case_axes(und.definition)], "capture": cap.as_json()})
+    assert got.status_code == 202, got.text
+    return int(got.json()["id"])
+
+
 def _submit(c: TestClient, module: str) -> int:
     assert c.post("/v1/kernels", json=definition(module)).status_code == 201
     got = c.post("/v1/jobs", json=job_body(module))
@@ -71,10 +90,10 @@ def test_a_poison_module_job_fails_alone_and_both_workers_run_the_next_job(
     KS_JOB_MAX_CLAIMS) naming the module, both workers live on, and the next job succeeds."""
     module, how = (("ks_poison_exit", "raised SystemExit: 3 on import") if store.url.startswith("sqlite")
                    else ("ks_poison_crash", "it was killed by SIGSEGV"))
-    settings = settings_for(store.url, tune_reference="none", job_modules=POISON)
+    settings = settings_for(store.url, tune_reference="none", job_modules=[*POISON, GOOD])
     with TestClient(create_app(settings, store=store)) as c:
         bad = _submit(c, module)
-        good = store.create_job(KB, [{"seq_len": 2}], 1, "random")
+        good = _submit_good(c)
     a = Worker(settings, store, runner=runners[0], owner="worker-a")
     b = Worker(settings, store, runner=runners[1], owner="worker-b")
     assert a.run_one() is True  # returns: the worker lives on
@@ -84,7 +103,7 @@ def test_a_poison_module_job_fails_alone_and_both_workers_run_the_next_job(
     assert "the worker lives on" in failed.error
     assert 1 <= failed.attempts <= settings.job_max_claims
     assert b.run_one() is True
-    done = store.get_job(good.id)
+    done = store.get_job(good)
     assert done.status == JobStatus.SUCCEEDED and done.owner == "worker-b", done.error
     assert a.run_one() is False and b.run_one() is False  # both poll on; nothing left behind
 
@@ -184,13 +203,19 @@ def test_captures_are_checked_against_themselves_and_the_bounds(sqlite_store: St
 
 def test_a_job_past_its_wall_clock_bound_is_failed_and_its_child_killed(
         sqlite_store: Store, runners: tuple[TrialRunner, TrialRunner]) -> None:
-    """Issue 33.3: KS_JOB_MAX_SECONDS ends a job whatever its trials do (the trial in flight is
-    killed with its child); the worker runs the next job."""
-    settings = settings_for(sqlite_store.url, tune_reference="none", job_max_seconds=0.5)
-    job = sqlite_store.create_job(KB, [{"seq_len": 3}], 50, "random")
-    worker = Worker(settings, sqlite_store, runner=runners[1], owner="w")
+    """Issue 33.3: KS_JOB_MAX_SECONDS ends a job whatever its trial does (a launch that stalls
+    for minutes, well within the trial's own limit): the trial child is killed, the job failed."""
+    settings = settings_for(sqlite_store.url, tune_reference="none", job_modules=[GOOD],
+                            job_max_seconds=3.0)
+    with TestClient(create_app(settings, store=sqlite_store)) as c:
+        job = _submit_good(c, "stalling_kernel")
+    runner = runners[1]
+    worker = Worker(settings, sqlite_store, runner=runner, owner="w")
+    runner.start()
+    killed_before = runner.restarts
     assert worker.run_one() is True
-    failed = sqlite_store.get_job(job.id)
-    assert failed.status == JobStatus.FAILED
-    assert failed.error.startswith("ran past KS_JOB_MAX_SECONDS (0.5 s) on worker w")
-    assert failed.trials_done < 50
+    failed = sqlite_store.get_job(job)
+    assert failed.status == JobStatus.FAILED and failed.error is not None
+    assert failed.error.startswith("ran past KS_JOB_MAX_SECONDS (3 s) on worker w: stopped, a "
+                                   "trial or search in flight killed with its child process")
+    assert runner.restarts == killed_before + 1  # the stalled trial's child, killed

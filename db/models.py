@@ -156,6 +156,8 @@ class Job(Base):
     owner: Mapped[str | None] = mapped_column(String(200))
     heartbeat_at: Mapped[datetime | None]
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Claims that ended with the holder silent past its lease (taken over): capped per job.
+    lost_claims: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]

@@ -40,10 +40,41 @@ MAX_CAPTURE_BYTES = 48 * 1024
 KINDS = ("tensor", "scalar", "constexpr", "none")
 MODULES_FIX = ("install it on the worker host, or put it on the worker's path and name it in "
                "KS_KERNEL_MODULES")
+# What a capture may ask of a worker (`CaptureBounds`): its tensors' bytes, a quarter of the
+# device's memory by default (inputs, the copies the correctness check runs on and its float64
+# references live together); its grids' programs.
+H200_MEMORY_BYTES = 141 * 10**9
+CPU_CAPTURE_BYTES = 2 * 2**30
+GPU_MAX_PROGRAMS = 2**24
+CPU_MAX_PROGRAMS = 2**16
+# A key size (an integer key argument) or a grid is justified by the call's tensors up to this
+# factor of the largest one's elements (never below SIZE_FLOOR elements: tiny calls may carry
+# small flags and persistent grids).
+SIZE_FACTOR = 4
+SIZE_FLOOR = 4096
 
 
 class CaptureError(ValueError):
     """A capture that cannot be made or read; the message names the field."""
+
+
+@dataclass(frozen=True)
+class CaptureBounds:
+    """What a captured call may ask of a worker: its tensors' bytes, its grids' programs."""
+
+    max_bytes: int
+    max_programs: int
+
+    @classmethod
+    def for_device(cls, memory_bytes: int | None, *, max_bytes: int | None = None,
+                   max_programs: int | None = None) -> "CaptureBounds":
+        """The bounds on a device of `memory_bytes` (None: the CPU, the Triton interpreter),
+        each unless set (KS_CAPTURE_MAX_BYTES, KS_CAPTURE_MAX_PROGRAMS)."""
+        if memory_bytes is None:
+            return cls(max_bytes=max_bytes or CPU_CAPTURE_BYTES,
+                       max_programs=max_programs or CPU_MAX_PROGRAMS)
+        return cls(max_bytes=max_bytes or memory_bytes // 4,
+                   max_programs=max_programs or GPU_MAX_PROGRAMS)
 
 
 class KernelModuleUnavailable(KernelSearchError):
@@ -52,7 +83,28 @@ class KernelModuleUnavailable(KernelSearchError):
     def __init__(self, module: str, why: str) -> None:
         super().__init__(f"kernel module {module!r} is not usable on this worker ({why}): "
                          f"{MODULES_FIX}")
+        self.module, self.why = module, why
+
+
+class KernelCodeFailed(KernelSearchError):
+    """A captured kernel's module ended the process importing it (SystemExit, os._exit, a
+    signal) or did not finish importing: the job fails, naming the module; no worker retries."""
+
+    def __init__(self, module: str, how: str) -> None:
+        super().__init__(f"kernel module {module!r} {how} (imported in the worker's trial "
+                         f"child, which is replaced; the worker lives on)")
         self.module = module
+
+
+class _InTrialChild:
+    """The tuner of a kernel a worker tunes from a capture: its module is imported in the trial
+    child only (where a crash costs the child), never in the worker's own process."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise KernelSearchError(f"a captured kernel's tuner lives in the trial child ({name})")
+
+
+IN_TRIAL_CHILD: Any = _InTrialChild()
 
 
 @dataclass(frozen=True)
@@ -85,6 +137,15 @@ class ArgCapture:
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def elements(self) -> int:
+        """The elements a worker makes for this tensor: its own, or its storage's span if wider."""
+        return max(self.numel, _storage_numel(self.shape, self.strides))
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * getattr(torch, self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -138,6 +199,37 @@ class Capture:
         if len(self.grids) != n:
             raise CaptureError(f"capture.grids: {len(self.grids)} grids for {n} configs")
 
+    def check_bounds(self, bounds: CaptureBounds, key: Sequence[str] = ()) -> None:
+        """What the call asks of a worker, against `bounds` and itself; CaptureError naming the
+        field and the setting. The tensors' bytes (each the larger of its elements and its
+        storage span) within max_bytes; every grid's programs (x*y*z) within max_programs and
+        within SIZE_FACTOR times the largest tensor's elements (at least SIZE_FLOOR); every
+        integer argument in `key` (the sizes the configs are tuned for) within that too."""
+        total = sum(a.nbytes for a in self.args if a.kind == "tensor")
+        if total > bounds.max_bytes:
+            raise CaptureError(f"capture.args: the tensors hold {total} bytes, more than this "
+                               f"service takes ({bounds.max_bytes}, KS_CAPTURE_MAX_BYTES)")
+        largest = max([a.elements for a in self.args if a.kind == "tensor"], default=0)
+        justified = SIZE_FACTOR * max(largest, SIZE_FLOOR)
+        for i, a in enumerate(self.args):
+            v = a.value
+            if (a.name in key and isinstance(v, int) and not isinstance(v, bool)
+                    and abs(v) > justified):
+                raise CaptureError(
+                    f"capture.args[{i}].value: key size {a.name}={v} exceeds what the call's "
+                    f"tensors justify ({SIZE_FACTOR} x the largest one's {largest} elements, "
+                    f"at least {justified})")
+        for i, g in enumerate(self.grids):
+            programs = g[0] * g[1] * g[2]
+            if programs > bounds.max_programs:
+                raise CaptureError(f"capture.grids[{i}]: {programs} programs, more than this "
+                                   f"service launches ({bounds.max_programs}, "
+                                   f"KS_CAPTURE_MAX_PROGRAMS)")
+            if programs > justified:
+                raise CaptureError(f"capture.grids[{i}]: {programs} programs exceed what the "
+                                   f"call's tensors justify ({SIZE_FACTOR} x the largest one's "
+                                   f"{largest} elements, at least {justified})")
+
     def case_axes(self, defn: Definition) -> dict[str, Any] | None:
         """The record axes of the captured call (what `Definition.case_axes` gives the call)."""
         named = {a.name: (torch.empty(0, dtype=getattr(torch, a.dtype)) if a.kind == "tensor"
@@ -172,6 +264,10 @@ def _arg_from_json(a: Any, where: str) -> ArgCapture:
         raise CaptureError(f"{where}.strides: {len(strides)} strides for {len(shape)} dimensions")
     if math.prod(shape) > MAX_NUMEL or _storage_numel(shape, strides) > MAX_NUMEL:
         raise CaptureError(f"{where}.shape: more than {MAX_NUMEL} elements")
+    if _overlapping(shape, strides):
+        raise CaptureError(f"{where}.strides: {strides} make elements of shape {shape} overlap "
+                           f"(a zero or overlapping stride); a captured tensor must not alias "
+                           f"itself")
     if not isinstance(dtype, str) or not isinstance(getattr(torch, dtype, None), torch.dtype):
         raise CaptureError(f"{where}.dtype: expected a torch dtype name, got {dtype!r}")
     contents, rng = a.get("contents"), a.get("range")
@@ -195,6 +291,19 @@ def _storage_numel(shape: Sequence[int], strides: Sequence[int]) -> int:
     if any(s == 0 for s in shape):
         return 0
     return 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+
+
+def _overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether two indices of the view reach one element: each dimension (by stride, sizes
+    above 1) must step past everything the smaller strides reach."""
+    if any(s == 0 for s in shape):
+        return False
+    reach = 0
+    for st, size in sorted((st, size) for size, st in zip(shape, strides) if size > 1):
+        if st <= reach:
+            return True
+        reach += st * (size - 1)
+    return False
 
 
 def _exact(dtype: torch.dtype) -> bool:
@@ -265,6 +374,9 @@ def _tensor_capture(name: str, t: torch.Tensor) -> ArgCapture:
     shape, strides = tuple(t.shape), tuple(t.stride())
     if any(s < 0 for s in strides):
         raise CaptureError(f"{name}: negative strides")
+    if _overlapping(shape, strides):
+        raise CaptureError(f"{name}: strides {list(strides)} alias elements (an expanded or "
+                           f"overlapping view)")
     if not _exact(t.dtype) or t.numel() == 0:
         return ArgCapture(name, "tensor", shape, strides, dtype)
     flat = t.detach().reshape(-1)
@@ -496,7 +608,8 @@ def kernel_from_spec(spec: Mapping[str, Any]) -> CapturedKernel:
     return got
 
 
-__all__ = ["ArgCapture", "Capture", "CaptureError", "CapturedKernel", "KernelModuleUnavailable",
+__all__ = ["IN_TRIAL_CHILD", "ArgCapture", "Capture", "CaptureBounds", "CaptureError", "CapturedKernel",
+           "KernelCodeFailed", "KernelModuleUnavailable",
            "MAX_CAPTURE_BYTES", "MAX_CONTENTS", "args_from_json", "capture_args", "capture_call",
            "captured_kernel",
            "import_tuner", "jit_function_of", "kernel_from_spec", "rebuild"]

@@ -135,6 +135,18 @@ _LIBC = _load_libc()
 _PR_SET_PDEATHSIG = 1
 
 
+def how_it_ended(exitcode: int | None) -> str:
+    """A child process's end in words: its exit code, or the signal that killed it."""
+    if exitcode is None:
+        return "did not exit"
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
 def die_with_parent(sig: int, parent_pid: int) -> None:
     """Have the kernel send `sig` to this process when its parent dies, even by SIGKILL (Linux's
     parent-death signal), then make sure the parent is still `parent_pid`: one that died before
@@ -220,6 +232,21 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
     return out.as_dict()
 
 
+def _load(req: Mapping[str, Any]) -> dict[str, Any]:
+    """Import a captured kernel's module here (TrialRunner.load_kernel): what became of it."""
+    from kernelsearch.kernels.capture import KernelModuleUnavailable, kernel_from_spec
+
+    try:
+        kernel_from_spec(req["child_spec"])
+    except KernelModuleUnavailable as exc:
+        return {"ok": False, "unavailable": exc.why}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from a module ends the job, not us
+        return {"ok": False, "fatal": f"{type(exc).__name__}: {exc}"}
+    return {"ok": True}
+
+
 def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
     from kernelsearch.kernels.measure import measure_reference
 
@@ -279,6 +306,11 @@ def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None
                 conn.send(res)
                 if res.get("failure_kind") == FailureKind.CRASH.value:
                     return  # the CUDA context may be poisoned: let the parent start a fresh one
+            elif op == "load":
+                answer = _load(req)
+                conn.send(answer)
+                if "fatal" in answer:
+                    return  # a module that raised SystemExit may have left anything behind
             elif op == "reference":
                 conn.send({"ok": True, "timing": _run_reference(req)})
             elif op == "bandwidth":
@@ -663,6 +695,46 @@ class TrialRunner:
         if not res.get("ok"):
             raise RuntimeError(f"{req['op']}: {res.get('error')}")
         return res
+
+    def load_kernel(self, spec: Mapping[str, Any], timeout_s: float | None = None) -> None:
+        """Import a captured kernel's module in the child (`CapturedKernel.child_spec()`), the
+        one place a crash costs nothing: KernelModuleUnavailable when it cannot be imported
+        there, KernelCodeFailed (the child replaced) when its import ended the child, raised
+        what is not an Exception, or did not finish within `timeout_s` (the trial's limit);
+        CaptureError (a ValueError) when the spec does not make a kernel."""
+        from kernelsearch.kernels.capture import (CaptureError, KernelCodeFailed,
+                                                  KernelModuleUnavailable)
+
+        module = str(spec["definition"]["module"])
+        limit = timeout_s if timeout_s is not None else self.trial_timeout_s
+        self.start()
+        try:
+            self._conn.send({"op": "load", "child_spec": dict(spec)})
+        except (BrokenPipeError, OSError):
+            self._kill_child()
+            self.start()
+            self._conn.send({"op": "load", "child_spec": dict(spec)})
+        if not self._conn.poll(limit):
+            self._kill_child()
+            raise KernelCodeFailed(module, f"did not finish importing within {limit:g} s")
+        try:
+            res = self._conn.recv()
+        except (EOFError, OSError):
+            code = None
+            if self._proc is not None:
+                self._proc.join(timeout=5)
+                code = self._proc.exitcode
+            self._kill_child()
+            raise KernelCodeFailed(module, f"ended the process importing it: it "
+                                           f"{how_it_ended(code)}") from None
+        if res.get("ok"):
+            return
+        if "unavailable" in res:
+            raise KernelModuleUnavailable(module, res["unavailable"])
+        if "fatal" in res:
+            self._kill_child()
+            raise KernelCodeFailed(module, f"raised {res['fatal']} on import")
+        raise CaptureError(f"capture: {res.get('error')}")
 
     def measure_reference(self, kernel: str, axes: Mapping[str, int], *, compiled: bool = False,
                           n: int = 30, timeout_s: float = 600.0) -> dict[str, Any]:

@@ -4,10 +4,11 @@ queues a job carrying a capture of the call, and a worker tunes it.
 The job's capture (`ks_jobs.capture`, `kind: "helion"`) names the kernel by its importable
 module and qualified name and holds the call's arguments (kernels.capture: shapes, strides,
 dtypes, small integer contents, scalars), the Helion settings that steer its search, and
-Helion's cache key with its fields. The worker imports the module, rebuilds the arguments, runs
-the kernel's own autotuner (its `autotuner_fn`, the captured settings applied) and stores the
-entry Helion would have written under the key, through the acceptance gate, under the job's
-lease. A worker whose Helion computes another key (other hardware, versions or code) fails the
+Helion's cache key with its fields. The worker checks the module is one its operator trusts
+and the arguments within its bounds (service.job_policy), then, in a disposable child process
+(service.job_child), imports the module, rebuilds the arguments and runs the kernel's own
+autotuner (its `autotuner_fn`, the captured settings applied); it stores the entry Helion would
+have written under the key, through the acceptance gate, under the job's lease. A worker whose Helion computes another key (other hardware, versions or code) fails the
 job naming both keys instead of storing a config under a key it did not tune.
 """
 from __future__ import annotations
@@ -17,15 +18,20 @@ import json
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelsearch.kernels.capture import (MAX_CAPTURE_BYTES, ArgCapture, Capture, CaptureError,
                                           KernelModuleUnavailable, args_from_json, import_object,
                                           rebuild)
 from kernelsearch.search_space.acceptance import HELION_KEY, HELION_KEY_FIELDS, helion_axes
+
+if TYPE_CHECKING:
+    from kernelsearch.kernels.capture import CaptureBounds
+
+    from .settings import Settings
 
 KIND = "helion"
 VERSION = 1
@@ -48,6 +54,10 @@ _DEVICE = re.compile(r"[a-z][a-z0-9_]{0,19}")
 
 class HelionJobError(Exception):
     """A Helion job that cannot run on this worker; the message is the job's error."""
+
+
+class HelionJobCrashed(HelionJobError):
+    """The job's code ended its child process (or raised what is not an Exception)."""
 
 
 # -- the job's capture ------------------------------------------------------------------------------
@@ -149,6 +159,22 @@ def parse_job(doc: Any) -> HelionJob:
                      key_fields=dict(fields), checked=checked)
 
 
+def check_job(job: HelionJob, settings: "Settings", bounds: "CaptureBounds | None" = None) -> str | None:
+    """Why a worker must not run this job (None: it may): a module its operator does not trust,
+    arguments beyond `bounds` (default: the API's). The API refuses such a submit with this
+    message, and a worker fails such a job with it."""
+    from .job_policy import module_refusal, submit_bounds
+
+    refused = module_refusal(job.module, settings)
+    if refused is not None:
+        return f"capture.module: {refused}"
+    try:
+        Capture(args=job.args, grids=()).check_bounds(bounds or submit_bounds(settings))
+    except CaptureError as exc:
+        return str(exc)
+    return None
+
+
 # -- the worker's side ------------------------------------------------------------------------------
 _TUNING = 0
 _TUNING_LOCK = threading.Lock()
@@ -196,16 +222,57 @@ def import_kernel(job: HelionJob) -> Any:
     return obj
 
 
-def tune(job: HelionJob, worker: str) -> TunedEntry:
-    """Tune the job's call as Helion would have in the user's process, and the entry text its
-    local cache writes; HelionJobError (Helion missing, another key, no Helion cache) or
-    KernelModuleUnavailable when it cannot."""
+def tune(job: HelionJob, worker: str, *, stop: Callable[[], bool] | None = None,
+         limit_s: float | None = None) -> TunedEntry:
+    """`tune_here` in a disposable child process (service.job_child): whatever the job's code
+    does ends that child, never this worker. HelionJobError (Helion missing, another key, no
+    Helion cache; HelionJobCrashed when the code ended the child), KernelModuleUnavailable, or
+    JobChildStopped once `stop()` is true or `limit_s` passed (the child killed)."""
+    from .job_child import JobChildFailed, run_in_child
+
+    _helion_here(worker)
     try:
-        import torch
-        from helion.autotuner.local_cache import LocalAutotuneCache
+        got = run_in_child(_tune_in_child, job.as_json(), worker, stop=stop, limit_s=limit_s)
+    except JobChildFailed as exc:
+        raise HelionJobCrashed(f"the job's child process {exc} (module {job.module!r}, run in "
+                               f"the child; worker {worker} lives on)") from None
+    if "entry" in got:
+        return TunedEntry(**got["entry"])
+    if got.get("unavailable"):
+        raise KernelModuleUnavailable(job.module, got["unavailable"])
+    if got.get("autotune"):
+        raise HelionJobError(f"Helion's autotune failed: {got['autotune']}")
+    raise HelionJobError(got["error"])
+
+
+def _helion_here(worker: str) -> None:
+    try:
+        import helion.autotuner.local_cache  # noqa: F401 - Helion's own, not the job's code
     except ImportError as exc:
         raise HelionJobError(f"Helion is not installed on worker {worker} ({exc}); install "
                              f"kernelsearch[helion] there, with the user's Helion version") from None
+
+
+def _tune_in_child(doc: dict[str, Any], worker: str) -> dict[str, Any]:
+    """The child's side of `tune`: its outcome as data."""
+    try:
+        return {"entry": asdict(tune_here(parse_job(doc), worker))}
+    except KernelModuleUnavailable as exc:
+        return {"unavailable": exc.why}
+    except HelionJobError as exc:
+        return {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - Helion's search failing fails the job
+        return {"autotune": f"{type(exc).__name__}: {exc}"}
+
+
+def tune_here(job: HelionJob, worker: str) -> TunedEntry:
+    """Tune the job's call as Helion would have in the user's process, and the entry text its
+    local cache writes; HelionJobError (Helion missing, another key, no Helion cache) or
+    KernelModuleUnavailable when it cannot. Runs the job's code: call it in a child only."""
+    _helion_here(worker)
+    import torch
+    from helion.autotuner.local_cache import LocalAutotuneCache
+
     kernel = import_kernel(job)
     if job.device == "cuda" and not torch.cuda.is_available():
         raise HelionJobError(f"the call ran on cuda; worker {worker} has no CUDA device")
@@ -247,5 +314,6 @@ def tune(job: HelionJob, worker: str) -> TunedEntry:
                 setattr(settings, k, v)
 
 
-__all__ = ["HelionJob", "HelionJobError", "KIND", "SAMPLER", "SETTINGS", "TunedEntry",
-           "is_helion_capture", "parse_job", "tune", "tuning_here"]
+__all__ = ["HelionJob", "HelionJobCrashed", "HelionJobError", "KIND", "SAMPLER", "SETTINGS",
+           "TunedEntry", "check_job", "is_helion_capture", "parse_job", "tune", "tune_here",
+           "tuning_here"]

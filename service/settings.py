@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 LEASE_MARGIN = 3
@@ -93,6 +93,24 @@ class Settings(ClientSettings):
     capture_import_tries: int = Field(
         3, ge=1, description="a job tuning a captured call is handed back by a worker that cannot "
         "import the kernel's module, and failed (naming the module) at this claim")
+    job_max_claims: int = Field(
+        3, ge=1, description="a job whose worker went silent (died, hung) this many times is "
+        "failed instead of claimed again: a job that kills what runs it fails alone")
+    job_max_seconds: float = Field(
+        6 * 3600.0, gt=0, description="a running job past this wall-clock time is failed, its "
+        "trial child (or Helion job child) killed; a job's own timeout_s may be shorter")
+    job_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="module prefixes (comma-separated) whose code a job "
+        "may make a worker import: an undeclared kernel's definition, a Helion job; besides the "
+        "installed kernelsearch.kernels plugins and KS_KERNEL_MODULES. Empty: those only")
+    capture_max_bytes: int | None = Field(
+        None, gt=0, description="a captured call's tensors may hold this many bytes at most "
+        "(each the larger of its elements and its storage span); unset: a quarter of the "
+        "device's memory (the H200's at submit, a worker's own device when it runs the job; "
+        "2 GiB on the CPU)")
+    capture_max_programs: int | None = Field(
+        None, gt=0, description="a captured call's grid may launch this many programs at most "
+        "(x*y*z, for every config); unset: 2^24 at submit and on a GPU, 2^16 on the CPU")
     measure_n: int | None = Field(None, gt=0, description="timed calls per trial (median); "
                                                        "unset: 30 on a GPU, 3 under the interpreter")
     cancel_poll_seconds: float = Field(1.0, gt=0, description="how often a worker checks that its "
@@ -123,6 +141,18 @@ class Settings(ClientSettings):
     serve_worker: Literal["process", "thread"] = Field(
         "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
         "wait behind tuning), or a thread of the API process")
+
+    @field_validator("job_modules", mode="before")
+    @classmethod
+    def _split_modules(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("["):
+                import json
+
+                return json.loads(text)
+            return [m.strip() for m in text.split(",") if m.strip()]
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":

@@ -137,6 +137,8 @@ class Worker:
         self._own_runner = runner is None
         self.stop_event = threading.Event()
         self._cancel_watch: _CancelWatch | None = None
+        # This claim's end under KS_JOB_MAX_SECONDS (time.monotonic()); None between jobs.
+        self._limit_at: float | None = None
 
     # -- the runner ---------------------------------------------------------------------------
     @property
@@ -179,7 +181,8 @@ class Worker:
 
     def run_one(self) -> bool:
         """Claim one job and run it to its end; False when no job was waiting."""
-        job = self.store.claim_job(self.owner, self.settings.lease_seconds)
+        job = self.store.claim_job(self.owner, self.settings.lease_seconds,
+                                   max_claims=self.settings.job_max_claims)
         if job is None:
             return False
         log.info("worker %s claimed job %s (%s, %d cases, attempt %d)", self.owner, job.id,
@@ -270,18 +273,21 @@ class Worker:
         from any write once another worker holds the job."""
         from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
 
+        self._limit_at = time.monotonic() + self.settings.job_max_seconds
         deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
+        if deadline is None or deadline > self._limit_at:
+            deadline = self._limit_at
 
         def should_stop() -> bool:
             return (self.stop_event.is_set() or lease.lost.is_set()
                     or (deadline is not None and time.monotonic() >= deadline))
 
         if is_helion_capture(job.capture):
-            return self._run_helion_job(job, held)
+            return self._run_helion_job(job, held, lease)
         if job.capture is not None:
             failed = self._captured_kernel(job)
             if failed is not None:
-                return "failed", failed
+                return JobStatus.FAILED, failed
         try:
             resolve(job.kernel)
         except KernelSearchError as exc:
@@ -351,6 +357,10 @@ class Worker:
                 self.on_records_changed()
             if result.stopped_because.cut_short:
                 break
+        if self._past_limit():
+            finished = sum(1 for r in results if r["stopped_because"] not in CUT_SHORT)
+            return JobStatus.FAILED, self._limit_error(
+                f"{finished} of {len(job.cases)} cases fully tuned, their records kept")
         if lease.lost.is_set() or self.stop_event.is_set() or self._job_cancelled():
             return None, None
         if deadline is not None and time.monotonic() >= deadline:
@@ -363,31 +373,46 @@ class Worker:
             return JobStatus.FAILED, f"no valid config found: {why or 'every trial failed'}"
         return JobStatus.SUCCEEDED, None
 
-    def _run_helion_job(self, job: Any, held: Lease) -> tuple[JobStatus, str | None]:
-        """Tune a Helion cache miss's captured call with Helion's own search and store the entry
-        under the job's key, through the gate a put passes, fenced by the job's lease. A worker
-        that cannot import the kernel's module hands the job back as for a captured Triton call."""
+    def _run_helion_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
+        """Tune a Helion cache miss's captured call with Helion's own search, in a disposable
+        child process, and store the entry under the job's key, through the gate a put passes,
+        fenced by the job's lease. A module the operator does not trust, or arguments beyond
+        this worker's bounds, fail the job; a worker that cannot import the kernel's module hands
+        the job back as for a captured Triton call."""
         from kernelsearch.kernels.capture import KernelModuleUnavailable
         from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
 
-        from .helion_jobs import HelionJobError, parse_job, tune
+        from . import helion_jobs
+        from .job_child import JobChildStopped
 
         try:
-            hjob = parse_job(job.capture)
+            hjob = helion_jobs.parse_job(job.capture)
         except ValueError as exc:
             return JobStatus.FAILED, f"capture: {exc}"
+        refused = helion_jobs.check_job(hjob, self.settings, self._bounds_for(hjob.device))
+        if refused is not None:
+            return JobStatus.FAILED, refused
         self.store.update_job_progress(held, trials_done=0, current_case={"index": 0, "axes": job.cases[0]})
+        limit_at = self._limit_at if self._limit_at is not None else time.monotonic() + self.settings.job_max_seconds
+
+        def stop() -> bool:  # KS_JOB_MAX_SECONDS is the child's limit_s: a failure, not a stop
+            watch = self._cancel_watch
+            return (self.stop_event.is_set() or lease.lost.is_set()
+                    or (watch is not None and watch.cancelled.is_set()))
+
         try:
-            tuned = tune(hjob, self.owner)
+            tuned = helion_jobs.tune(hjob, self.owner, stop=stop,
+                                     limit_s=max(0.001, limit_at - time.monotonic()))
+        except JobChildStopped as exc:
+            if exc.timed_out:
+                return JobStatus.FAILED, self._limit_error("Helion's search")
+            return None, None
         except KernelModuleUnavailable as exc:
             if job.attempts < self.settings.capture_import_tries:
                 raise _LeaveJob(str(exc)) from None
             return JobStatus.FAILED, f"{exc} (claim {job.attempts} of {self.settings.capture_import_tries})"
-        except HelionJobError as exc:
+        except helion_jobs.HelionJobError as exc:
             return JobStatus.FAILED, str(exc)
-        except Exception as exc:  # noqa: BLE001 - Helion's search failing fails the job, not the worker
-            log.exception("job %s: Helion's autotune failed", job.id)
-            return JobStatus.FAILED, f"Helion's autotune failed: {type(exc).__name__}: {exc}"
         try:
             entry = accepted_helion(tuned.key, tuned.data, kernel=hjob.kernel, arg_names=hjob.arg_names,
                                     checked=tuned.checked, by=f"worker {self.owner}"[:200],
@@ -402,14 +427,19 @@ class Worker:
         return JobStatus.SUCCEEDED, None
 
     def _captured_kernel(self, job: Any) -> str | None:
-        """Register the kernel of a job that tunes on a call's capture (its module imported
-        here); the job's error when it cannot be made. A worker that cannot import the module
-        hands the job back (`_LeaveJob`) for one that can, until the job's
+        """Register the kernel of a job that tunes on a call's capture; the job's error when it
+        cannot be made. Its module must be one the operator trusts and the capture within this
+        worker's bounds; the module is imported in the trial child only (a module that exits or
+        crashes on import fails the job, naming it, and costs the child). A worker that cannot
+        import the module hands the job back (`_LeaveJob`) for one that can, until the job's
         KS_CAPTURE_IMPORT_TRIES-th claim, which fails it naming the module and the fix."""
         from kernelsearch.kernels import registry
-        from kernelsearch.kernels.capture import (Capture, CaptureError, KernelModuleUnavailable,
+        from kernelsearch.kernels.capture import (IN_TRIAL_CHILD, Capture, CaptureError,
+                                                  KernelCodeFailed, KernelModuleUnavailable,
                                                   captured_kernel)
         from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel
+
+        from .job_policy import module_refusal, worker_bounds
 
         stored = getattr(self.store, "kernel_definitions", None)
         doc = (stored() if stored is not None else {}).get(job.kernel)
@@ -423,20 +453,58 @@ class Worker:
         if doc is None:
             return f"capture: {job.kernel!r} has no registered definition (POST /v1/kernels)"
         try:
-            kdef = captured_kernel(Definition.from_json(doc), Capture.from_json(job.capture))
+            defn = Definition.from_json(doc)
+            capture = Capture.from_json(job.capture)
+        except (CaptureError, ValueError) as exc:
+            return f"capture: {exc}"
+        refused = module_refusal(defn.module, self.settings)
+        if refused is not None:
+            return f"kernel: {refused}"
+        try:
+            self.runner.start()
+        except Exception as exc:
+            return f"trial runner did not start: {type(exc).__name__}: {exc}"
+        try:
+            kdef = captured_kernel(defn, capture, tuner=IN_TRIAL_CHILD)
+            capture.check_bounds(worker_bounds(self.settings, self.runner.device_info), key=defn.key)
+            self.runner.load_kernel(kdef.child_spec())
         except KernelModuleUnavailable as exc:
             if job.attempts < self.settings.capture_import_tries:
                 raise _LeaveJob(str(exc)) from None
             return f"{exc} (claim {job.attempts} of {self.settings.capture_import_tries})"
+        except KernelCodeFailed as exc:
+            return str(exc)
         except (CaptureError, ValueError) as exc:
             return f"capture: {exc}"
         registry.register(kdef, replace=True)
         return None
 
+    def _bounds_for(self, device_type: str) -> Any:
+        """A Helion job's bounds on this worker: the CPU's for a CPU call; for a GPU call the
+        trial child's device when it started (the worker itself never touches the GPU), else
+        the API's."""
+        from .job_policy import submit_bounds, worker_bounds
+
+        if device_type == "cpu":
+            return worker_bounds(self.settings, None)
+        info = self._runner.device_info if self._runner is not None else None
+        if info is not None and info.get("memory_bytes"):
+            return worker_bounds(self.settings, info)
+        return submit_bounds(self.settings)
+
+    def _past_limit(self) -> bool:
+        return self._limit_at is not None and time.monotonic() >= self._limit_at
+
+    def _limit_error(self, what: str) -> str:
+        return (f"ran past KS_JOB_MAX_SECONDS ({self.settings.job_max_seconds:g} s) on worker "
+                f"{self.owner}: stopped, a trial or search in flight killed with its child "
+                f"process ({what})")
+
     def _job_cancelled(self) -> bool:
-        """Asked while a trial runs: a cancelled job stops it now (a SIGTERM lets it end)."""
+        """Asked while a trial runs: a cancelled job, or one past KS_JOB_MAX_SECONDS, stops it
+        now (its child killed; a SIGTERM lets it end)."""
         watch = self._cancel_watch
-        return watch is not None and watch.cancelled.is_set()
+        return (watch is not None and watch.cancelled.is_set()) or self._past_limit()
 
 
 class _LeaveJob(Exception):

@@ -22,6 +22,17 @@ from ..views import JobView
 from ._base import RepoBase, hold_job, lease_lost, rowcount
 
 
+# KS_JOB_MAX_CLAIMS's default: a job whose worker went silent this many times is failed.
+DEFAULT_MAX_CLAIMS = 3
+
+
+def lost_claims_error(max_claims: int) -> str:
+    """The error of a job failed at its claim cap."""
+    return (f"failed after {max_claims} claims whose worker went silent past its lease (died or "
+            f"hung) each time (KS_JOB_MAX_CLAIMS={max_claims}): the job may kill the process "
+            f"that runs it; look at the workers' logs, fix the kernel, and submit it again")
+
+
 class JobRepo(RepoBase):
     @staticmethod
     def _job_view(job: Job, kernel: str) -> JobView:
@@ -204,18 +215,32 @@ class JobRepo(RepoBase):
 
         return self._tx(q, write=False)
 
-    def claim_job(self, owner: str, lease_seconds: float) -> JobView | None:
-        """Take the oldest queued job, or a running one whose heartbeat is older than the lease."""
+    def claim_job(self, owner: str, lease_seconds: float,
+                  max_claims: int = DEFAULT_MAX_CLAIMS) -> JobView | None:
+        """Take the oldest queued job, or a running one whose heartbeat is older than the lease.
+
+        Taking a running job over counts a lost claim (its holder went silent: died or hung); a
+        job that has lost `max_claims` claims is failed, in the same transaction, instead of
+        claimed again, so a job that kills what runs it fails alone. The cap is in the UPDATE's
+        own WHERE: concurrent claimers on either backend never take a capped job."""
         check_name(owner, "owner")
         check_number(lease_seconds, "lease_seconds", positive=True)
+        check_int(max_claims, "max_claims", minimum=1)
 
         def tx(s: Session) -> JobView | None:
             now = utcnow()
             cutoff = now - timedelta(seconds=float(lease_seconds))
-            claimable = or_(
-                Job.status == JobStatus.QUEUED,
-                and_(Job.status == JobStatus.RUNNING, or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < cutoff)),
+            silent = and_(Job.status == JobStatus.RUNNING,
+                          or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < cutoff))
+            s.execute(
+                update(Job)
+                .where(silent, Job.lost_claims + 1 >= max_claims)
+                .values(status=JobStatus.FAILED, finished_at=now, lost_claims=Job.lost_claims + 1,
+                        error=lost_claims_error(max_claims))
+                .execution_options(synchronize_session=False)
             )
+            claimable = or_(Job.status == JobStatus.QUEUED,
+                            and_(silent, Job.lost_claims + 1 < max_claims))
             pick = (
                 select(Job.id)
                 .where(claimable)
@@ -233,6 +258,7 @@ class JobRepo(RepoBase):
                     heartbeat_at=now,
                     started_at=func.coalesce(Job.started_at, now),
                     attempts=Job.attempts + 1,
+                    lost_claims=Job.lost_claims + sa_case((Job.status == JobStatus.RUNNING, 1), else_=0),
                 )
                 .returning(Job.id)
                 .execution_options(synchronize_session=False)

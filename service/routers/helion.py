@@ -14,7 +14,7 @@ from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
 
 from .. import schemas
 from ..deps import SettingsDep, StoreDep, require_writer
-from ..helion_jobs import SAMPLER, parse_job
+from ..helion_jobs import SAMPLER, check_job, parse_job
 from ..lookups import run_read
 from ..views import job_json
 from .common import ERRORS, WRITE_ERRORS, check_text
@@ -86,6 +86,9 @@ def submit_job(body: schemas.HelionJobIn, settings: SettingsDep, store: StoreDep
         raise HTTPException(422, str(e)) from None
     if job.key != body.key:
         raise HTTPException(422, f"capture.key: {job.key} is not the job's key {body.key}")
+    refused = check_job(job, settings)
+    if refused is not None:
+        raise HTTPException(422, refused)
     try:
         queued, existing = store.queue_job(job.job_kernel, [job.case()], 1, SAMPLER,
                                            max_queued=settings.max_queued_jobs, capture=job.as_json(),

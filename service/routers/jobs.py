@@ -56,7 +56,7 @@ def submit_job(body: schemas.JobCreate, settings: SettingsDep, store: StoreDep) 
     if capture is None and isinstance(k, UndeclaredKernel):
         capture = _stored_capture(k, cases, store)
     if capture is not None:
-        _check_capture(k, capture, cases)
+        _check_capture(k, capture, cases, settings)
     sampler = body.sampler or "tpe"
     known = _samplers()
     if known and sampler not in known:
@@ -123,18 +123,26 @@ def _stored_capture(k: UndeclaredKernel, cases: list[dict[str, Any]], store: Any
     return got
 
 
-def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    """A capture belongs to an undeclared kernel's job of the one case its call has (422 naming
-    the field otherwise); its size is bounded by the request's (KS_MAX_BODY_BYTES)."""
+def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]],
+                   settings: Any) -> None:
+    """A capture belongs to an undeclared kernel's job of the one case its call has, of a
+    module the workers trust, within the bounds of what a worker runs (422 naming the field or
+    the setting otherwise); its size is bounded by the request's (KS_MAX_BODY_BYTES)."""
     from kernelsearch.kernels.capture import Capture, CaptureError
     from kernelsearch.kernels.undeclared import UndeclaredKernel
+
+    from ..job_policy import module_refusal, submit_bounds
 
     if not isinstance(k, UndeclaredKernel):
         raise HTTPException(422, f"capture: {k.name} is a declared kernel; only an undeclared "
                                  f"kernel's job carries a capture")
+    refused = module_refusal(k.definition.module, settings)
+    if refused is not None:
+        raise HTTPException(422, f"kernel: {refused}")
     try:
         cap = Capture.from_json(capture)
         cap.check_against(k.definition)
+        cap.check_bounds(submit_bounds(settings), key=k.definition.key)
     except CaptureError as exc:
         raise HTTPException(422, str(exc)) from None
     axes = cap.case_axes(k.definition)

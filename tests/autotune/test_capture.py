@@ -23,6 +23,8 @@ from kernelsearch.service.worker import Worker
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("isolated_client")]
 NAME = "ks_undeclared_user.scale_kernel"
+# The modules these tests' jobs name, as an operator allows them (KS_JOB_MODULES).
+MODULES = ["ks_undeclared_user", "ks_nowhere_pkg"]
 CASE = {"n": 200, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
 
 
@@ -32,7 +34,7 @@ def _user(n: int, dtype: str, env: dict) -> dict:
 
 def test_a_miss_is_tuned_by_a_worker_from_its_capture_and_served_to_a_fresh_process(
         sqlite_store) -> None:
-    settings = settings_for(sqlite_store.url, tune_reference="none")
+    settings = settings_for(sqlite_store.url, tune_reference="none", job_modules=MODULES)
     with LiveServer(create_app(settings, store=sqlite_store)) as srv:
         # The lookup (and the job it queues) is waited for: the script exits right after. Its
         # request may take all of KS_AUTOTUNE_TIMEOUT_S: a provider bound far below what a
@@ -66,7 +68,7 @@ def test_a_miss_is_tuned_by_a_worker_from_its_capture_and_served_to_a_fresh_proc
 
 
 def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_store) -> None:
-    settings = settings_for(sqlite_store.url, tune_reference="none")
+    settings = settings_for(sqlite_store.url, tune_reference="none", job_modules=MODULES)
     with LiveServer(create_app(settings, store=sqlite_store)) as srv:
         env = child_env(KS_SERVICE_URL=srv.url, KS_AUTOTUNE_FALLBACK="first",
                         KS_AUTOTUNE_TIMEOUT_S="60", KS_TEST_BEYOND="1")
@@ -108,7 +110,7 @@ def test_a_kernel_no_worker_can_import_is_handed_back_then_failed_naming_the_mod
     doc = {"name": "ks_nowhere_pkg.k", "module": "ks_nowhere_pkg", "qualname": "k",
            "arg_names": ["x", "y", "n", "B"], "key": ["n"], "dtype_args": ["x", "y"],
            "configs": [{"B": 4, "num_warps": 1}], "source_hash": "ab"}
-    settings = settings_for(sqlite_store.url, capture_import_tries=2)
+    settings = settings_for(sqlite_store.url, capture_import_tries=2, job_modules=MODULES)
     with TestClient(create_app(settings, store=sqlite_store)) as c:
         assert c.post("/v1/kernels", json=doc).status_code == 201
         got = c.post("/v1/jobs", json={"kernel": doc["name"], "n_trials": 1, "sampler": "grid",
@@ -134,7 +136,8 @@ def test_a_job_capture_is_checked_by_the_api(sqlite_store) -> None:
            "arg_names": ["x", "y", "n", "B"], "key": ["n"], "dtype_args": ["x", "y"],
            "configs": [{"B": 4, "num_warps": 1}], "source_hash": "ab"}
     case = {"n": 8, "x.dtype": "float32", "y.dtype": "float32"}
-    with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
+    with TestClient(create_app(settings_for(sqlite_store.url, job_modules=MODULES),
+                               store=sqlite_store)) as c:
         assert c.post("/v1/kernels", json=doc).status_code == 201
 
         def submit(kernel: str, cases: list, capture: dict) -> tuple[int, str]:

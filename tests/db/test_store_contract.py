@@ -116,6 +116,54 @@ def test_job_lifecycle(store: Store) -> None:
     assert json.loads(json.dumps(d)) == d and isinstance(d["created_at"], str)
 
 
+def test_a_job_whose_workers_go_silent_is_failed_at_the_claim_cap(store: Store) -> None:
+    """Issue 33.1: a job that kills what runs it (each holder silent past its lease) is taken over
+    at most max_claims - 1 times, then failed by the next claim, which takes the next job."""
+    poison = store.create_job(KERNEL, CASES[:1], 2, "random")
+    owners = [store.claim_job(f"w{i}", lease_seconds=1e-6, max_claims=3) for i in range(3)]
+    assert [(j.id, j.attempts) for j in owners] == [(poison.id, 1), (poison.id, 2), (poison.id, 3)]
+    good = store.create_job(KERNEL, CASES[1:], 2, "random")
+    # w2 went silent as well: the third lost claim fails the job; the claim takes the good one.
+    taken = store.claim_job("w3", lease_seconds=1e-6, max_claims=3)
+    assert taken is not None and taken.id == good.id
+    failed = store.get_job(poison.id)
+    assert failed.status == JobStatus.FAILED and failed.attempts == 3 and failed.finished_at
+    assert "3 claims" in failed.error and "KS_JOB_MAX_CLAIMS=3" in failed.error
+    with pytest.raises(LeaseLost):
+        store.heartbeat(Lease.of(owners[-1]))
+    # A hand-back is no lost claim: a job released by stopping workers is claimed on.
+    store.finish_job(Lease.of(taken), JobStatus.SUCCEEDED)
+    handed = store.create_job(KERNEL, CASES[:1], 5, "random")
+    for i in range(4):
+        held = store.claim_job(f"s{i}", 60, max_claims=2)
+        assert held is not None and held.id == handed.id
+        store.release_job(Lease.of(held))
+    assert store.get_job(handed.id).status == JobStatus.QUEUED
+
+
+def test_the_claim_cap_holds_under_concurrent_claimers(store: Store) -> None:
+    """Many workers claiming at once a job whose holders all go silent: never more than
+    max_claims claims, and the job ends failed."""
+    import threading
+
+    job = store.create_job(KERNEL, CASES[:1], 2, "random")
+    got: list[int] = []
+
+    def claimer(i: int) -> None:
+        for _ in range(4):
+            j = store.claim_job(f"c{i}", lease_seconds=1e-6, max_claims=2)
+            if j is not None:
+                got.append(j.attempts)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    final = store.get_job(job.id)
+    assert sorted(got) == [1, 2] and final.status == JobStatus.FAILED and final.attempts == 2
+
+
 def test_claim_takes_oldest_and_reclaims_stale_lease(store: Store) -> None:
     a = store.create_job(KERNEL, CASES[:1], 2, "random")
     b = store.create_job(KERNEL, CASES[:1], 3, "random")  # an identical job would be `a`

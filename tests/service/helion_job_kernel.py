@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import textwrap
 from collections.abc import Sequence
 
@@ -73,3 +74,7 @@ def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     for tile in hl.tile(x.size(0)):
         out[tile] = x[tile] + y[tile]
     return out
+
+
+if os.environ.get("KS_TEST_HELION_CPU_TIMER"):  # a worker's job child, which the test cannot patch
+    use_cpu_timer()

@@ -31,6 +31,8 @@ from kernelsearch.service.helion_jobs import parse_job  # noqa: E402
 from kernelsearch.service.worker import Worker  # noqa: E402
 
 TOKEN = "tok"
+# The modules these tests' jobs name, as an operator allows them (KS_JOB_MODULES).
+MODULES = ["helion_job_kernel", "no_such_helion_module", "ks_poison_exit", "ks_poison_crash"]
 HERE = Path(__file__).parent
 
 # A user's program: one call of the kernel, then what Helion did.
@@ -56,7 +58,7 @@ def _fresh_connection() -> Iterator[None]:
 
 @pytest.fixture
 def server(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
-    app = create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)
+    app = create_app(settings_for(sqlite_store.url, api_token=TOKEN, job_modules=MODULES), store=sqlite_store)
     with LiveServer(app) as s:
         monkeypatch.setenv("KS_SERVICE_URL", s.url)
         monkeypatch.setenv("KS_API_TOKEN", TOKEN)
@@ -64,6 +66,7 @@ def server(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Liv
         monkeypatch.setenv("HELION_REMOTE_CACHE_BACKEND", "kernelsearch.helion.KernelsearchBackend")
         monkeypatch.setenv("HELION_AUTOTUNE_CACHE", "RemoteAutotuneCache")
         monkeypatch.setattr("helion.autotuner.benchmark_provider.do_bench", _cpu_do_bench())
+        monkeypatch.setenv("KS_TEST_HELION_CPU_TIMER", "1")  # the same in a worker's job child
         yield s
 
 
@@ -84,7 +87,7 @@ def run_user(server: LiveServer, cache_dir: Path, on_miss: str = "default") -> d
 
 
 def worker(store: Store, **kw: Any) -> Worker:
-    return Worker(settings_for(store.url, **kw), store, owner="helion-worker")
+    return Worker(settings_for(store.url, **{"job_modules": MODULES, **kw}), store, owner="helion-worker")
 
 
 def default_config() -> dict[str, Any]:
@@ -216,6 +219,25 @@ def test_a_worker_with_another_key_or_without_the_module_fails_the_job(
         assert c.helion_list(10) == []  # nothing stored under a key the worker did not tune
 
 
+def test_a_helion_job_whose_module_exits_or_crashes_fails_alone(
+        server: LiveServer, sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 33.1: a Helion job runs in a child process of its own; a module that exits
+    (SystemExit) or crashes (SIGSEGV) on import ends that child and fails its job naming the
+    module, and the worker claims the next job."""
+    cap = _queued_capture(server, sqlite_store, monkeypatch, tmp_path)
+    with Client(server.url, token=TOKEN) as c:
+        ids = [c.helion_queue(key, {**cap, "key": key, "module": module})["id"]
+               for key, module in (("2" * 64, "ks_poison_exit"), ("3" * 64, "ks_poison_crash"))]
+    w = worker(sqlite_store)
+    assert w.run_one() and w.run_one()
+    exited, crashed = (sqlite_store.get_job(i) for i in ids)
+    assert exited is not None and exited.status == JobStatus.FAILED and exited.error is not None
+    assert "raised SystemExit: 3" in exited.error and "'ks_poison_exit'" in exited.error
+    assert crashed is not None and crashed.status == JobStatus.FAILED and crashed.error is not None
+    assert "was killed by SIGSEGV" in crashed.error and "'ks_poison_crash'" in crashed.error
+    assert "lives on" in crashed.error
+
+
 def test_a_helion_job_submit_is_checked(server: LiveServer, sqlite_store: Store,
                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     cap = _queued_capture(server, sqlite_store, monkeypatch, tmp_path)
@@ -248,8 +270,8 @@ def test_a_worker_that_lost_its_lease_stores_nothing(server: LiveServer, sqlite_
         job_id = c.helion_queue(cap["key"], cap)["id"]
     real = helion_jobs.tune
 
-    def tune_then_lose_the_lease(job: Any, owner: str) -> Any:
-        tuned = real(job, owner)
+    def tune_then_lose_the_lease(job: Any, owner: str, **kw: Any) -> Any:
+        tuned = real(job, owner, **kw)
         assert sqlite_store.claim_job("other-worker", 1e-6) is not None
         return tuned
 

@@ -24,7 +24,7 @@ from kernelsearch.service.api import create_app
 def user_client(store: Store) -> Iterator[TestClient]:
     """A service on a store of each kind with two undeclared kernels registered as their
     decorators register them: one of a short non-ASCII name, one of a long one."""
-    app = create_app(settings_for(store.url), store=store)
+    app = create_app(settings_for(store.url, job_modules=["módulo"]), store=store)
     try:
         with TestClient(app) as c:
             for name in (SHORT, LONG):

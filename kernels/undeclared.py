@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
@@ -250,11 +250,15 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return diff / base if base > 0 else math.inf
 
 
-def written_mismatches(before: Sequence[Any], first: Sequence[Any],
-                       other: Sequence[Any]) -> tuple[float, list[str]]:
+def written_mismatches(before: Sequence[Any], first: Sequence[Any], other: Sequence[Any],
+                       scratch: Collection[int] = frozenset()) -> tuple[float, list[str]]:
     """Compare what two configs wrote: every tensor that either run changed from `before` must
     match the first config's at its dtype's tolerance. Returns the largest relative error seen
-    among floating outputs and a message per mismatching argument (by position)."""
+    among floating outputs and a message per mismatching argument (by position).
+
+    `scratch` are the positions of the kernel's reset_to_zero tensors: one whose written slots
+    differ between the two configs (per-program partials: the config decides how many programs
+    write) is compared by its total, what the op reads of it; elementwise otherwise."""
     worst = 0.0
     bad: list[str] = []
     for i, (b, f, o) in enumerate(zip(before, first, other)):
@@ -262,15 +266,18 @@ def written_mismatches(before: Sequence[Any], first: Sequence[Any],
             continue
         if torch.equal(b, f) and torch.equal(b, o):
             continue
-        tol = dtype_rtol(f.dtype)
+        tol, what = dtype_rtol(f.dtype), str(f.dtype)
+        if i in scratch and f.shape == o.shape and not torch.equal(f != 0, o != 0):
+            f, o = f.detach().double().sum().reshape(1), o.detach().double().sum().reshape(1)
+            what = f"total of a reset_to_zero buffer, {what}"
         if tol == 0.0:
             if not torch.equal(f, o):
-                bad.append(f"argument {i}: differs from the first config's ({f.dtype}, exact)")
+                bad.append(f"argument {i}: differs from the first config's ({what}, exact)")
             continue
         err = relative_error(o, f)
         worst = max(worst, err)
         if not err <= tol:
-            bad.append(f"argument {i}: relative error {err:.3g} > {tol:g} ({f.dtype})")
+            bad.append(f"argument {i}: relative error {err:.3g} > {tol:g} ({what})")
     return worst, bad
 
 

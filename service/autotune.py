@@ -520,7 +520,9 @@ def share_tuned(tuner: TritonAutotuner, und: UndeclaredKernel, case: Key, config
                 log.warning("%s: the config tuned here could not be checked (%s); not shared",
                             und.name, exc)
                 return
-            err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got))
+            names = [*tuner.arg_names[:len(args)], *sorted(kwargs)]
+            scratch = {i for i, n in enumerate(names) if n in tuner.reset_to_zero}
+            err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got), scratch)
             if bad:
                 log.warning("%s: the config tuned here (%s) does not write what the first config "
                             "writes (%s); used here, not shared", und.name, config, "; ".join(bad))

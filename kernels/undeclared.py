@@ -18,7 +18,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from .spec import Axis, KernelDef, config_key, configs_rule, params_from_configs
+from .spec import Axis, KernelDef, config_key, configs_rule, key_token, params_from_configs
 
 KIND = "undeclared"
 DTYPE_AXIS_SUFFIX = ".dtype"
@@ -151,16 +151,21 @@ class Definition:
         return self.key + tuple(dtype_axis(a) for a in self.dtype_args)
 
     def case_axes(self, named: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A call's record axes (its key values, then its tensors' dtypes); None when a key
-        value is not an integer or a bool, or a tensor argument is one the first call passed
-        neither as a tensor nor as None (such a key is tuned here as Triton would, not shared)."""
+        """A call's record axes (its key values, then its tensors' dtypes): an integer key value
+        as itself (a bool as 0 or 1, as it specializes the kernel alike), any other as its typed
+        token (`key_token`: a float, a string, a dtype, None). None when a key value has no
+        stable text, or a tensor argument is one the first call passed neither as a tensor nor as
+        None (such a key is tuned here as Triton would, not shared)."""
         out: dict[str, Any] = {}
         for k in self.key:
             v = named.get(k)
-            # A flag in the key (a constexpr bool) keys as 0 or 1, as it specializes the kernel.
-            if not isinstance(v, int) or not KEY_MIN <= v <= KEY_MAX:
+            if isinstance(v, int) and KEY_MIN <= v <= KEY_MAX:
+                out[k] = int(v)
+                continue
+            tok = key_token(v)
+            if tok is None:
                 return None
-            out[k] = int(v)
+            out[k] = tok
         if any(hasattr(v, "dtype") for n, v in named.items() if n not in self.dtype_args):
             return None  # a tensor where the first call had none: Triton's key has other parts
         for a in self.dtype_args:
@@ -209,7 +214,8 @@ def kernel_def(defn: Definition) -> UndeclaredKernel:
 
     choices = dtype_names()
     every = [dict(c) for c in (*defn.configs, *defn.search_space)]
-    axes = tuple(Axis(k, KEY_MIN, KEY_MAX, doc="a key argument of the kernel") for k in defn.key) \
+    axes = tuple(Axis(k, KEY_MIN, KEY_MAX, doc="a key argument of the kernel", tokens=True)
+                 for k in defn.key) \
         + tuple(Axis(dtype_axis(a), doc=f"dtype of {a}", choices=choices) for a in defn.dtype_args)
     return UndeclaredKernel(
         definition=defn, name=defn.name, axes=axes, params=params_from_configs(every),

@@ -53,17 +53,19 @@ def params_from_configs(configs: Sequence[Any], *, doc: str = "") -> tuple["Para
 
 
 def configs_rule(configs: Sequence[Any]) -> Callable[[Mapping[str, Any]], str | None]:
-    """A `rules` hook accepting only the listed configs (a decorator's list is the whole space)."""
-    allowed = {config_key(from_triton_config(c) if not isinstance(c, Mapping) else c) for c in configs}
-    names = sorted({k for c in configs for k in (from_triton_config(c) if not isinstance(c, Mapping)
-                                                   else c)})
+    """A `rules` hook accepting only the listed configs (a decorator's list is the whole space).
+    A listed config lacking a parameter others set (a pruner's constexpr) is matched with that
+    parameter at its default, as `KernelDef.validate_config` completes it."""
+    flat = [from_triton_config(c) if not isinstance(c, Mapping) else dict(c) for c in configs]
+    defaults = {p.name: p.default for p in params_from_configs(flat)} if flat else {}
+    allowed = {config_key({**defaults, **c}) for c in flat}
+    names = sorted({k for c in flat for k in c})
 
     def rule(cfg: Mapping[str, Any]) -> str | None:
-        got = config_key({k: cfg[k] for k in names if k in cfg})
+        got = config_key({k: cfg.get(k, defaults[k]) for k in names})
         return None if got in allowed else "not one of the declared configs"
 
     return rule
-
 
 
 # A key value Triton's autotuner keys on that is no integer, as typed text: exact (a float by its

@@ -13,7 +13,7 @@ by the tensor's dtype (`written_mismatches`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Collection, Mapping, Sequence
 
 import torch
@@ -86,6 +86,9 @@ class Definition:
     kind: str = field(default=KIND)
     # Configs a worker may search besides `configs` (the decorator's `search_space=`).
     search_space: tuple[dict[str, Any], ...] = ()
+    # Configs the user's pruner made on calls (`early_config_prune` may yield new ones): a record
+    # may hold one, and a host serves it only where its own pruner made it too; never searched.
+    pruned: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         for what in ("name", "module", "qualname"):
@@ -106,7 +109,8 @@ class Definition:
                 "configs": [dict(c) for c in self.configs], "source_hash": self.source_hash,
                 "description": self.description,
                 **({"search_space": [dict(c) for c in self.search_space]}
-                   if self.search_space else {})}
+                   if self.search_space else {}),
+                **({"pruned": [dict(c) for c in self.pruned]} if self.pruned else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Definition":
@@ -124,13 +128,15 @@ class Definition:
 
         configs = doc.get("configs")
         beyond = doc.get("search_space") or []
-        for name, given in (("configs", configs), ("search_space", beyond)):
+        made = doc.get("pruned") or []
+        for name, given in (("configs", configs), ("search_space", beyond), ("pruned", made)):
             if not isinstance(given, list) or not all(isinstance(c, dict) and c for c in given):
                 raise ValueError(f"{name}: expected a list of non-empty objects")
             for i, c in enumerate(given):
                 for k, v in c.items():
-                    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-                        raise ValueError(f"{name}[{i}].{k}: expected a number or a string, got {v!r}")
+                    if not isinstance(v, (bool, int, float, str)):
+                        raise ValueError(f"{name}[{i}].{k}: expected a number, a flag or a "
+                                         f"string, got {v!r}")
         if not configs:
             raise ValueError("configs: expected a non-empty list of non-empty objects")
         texts = {n: doc.get(n) for n in ("name", "module", "qualname", "source_hash")}
@@ -145,7 +151,19 @@ class Definition:
                    dtype_args=tuple(doc.get("dtype_args") or ()),
                    configs=tuple(dict(c) for c in configs), source_hash=str(texts["source_hash"]),
                    search_space=tuple(dict(c) for c in beyond),
+                   pruned=tuple(dict(c) for c in made),
                    description=str(doc.get("description") or "")[:500])
+
+    def with_pruned(self, ran: Sequence[Mapping[str, Any]]) -> "Definition":
+        """This definition knowing the configs a call ran (its pruned list, canonical) that it
+        lists nowhere yet; itself when it knows them all."""
+        known = {config_key(c) for c in (*self.configs, *self.search_space, *self.pruned)}
+        new: list[dict[str, Any]] = []
+        for c in ran:
+            if config_key(c) not in known:
+                known.add(config_key(c))
+                new.append(dict(c))
+        return replace(self, pruned=self.pruned + tuple(new)) if new else self
 
     def axis_names(self) -> tuple[str, ...]:
         return self.key + tuple(dtype_axis(a) for a in self.dtype_args)
@@ -214,15 +232,16 @@ def kernel_def(defn: Definition) -> UndeclaredKernel:
 
     choices = dtype_names()
     every = [dict(c) for c in (*defn.configs, *defn.search_space)]
+    valid = every + [dict(c) for c in defn.pruned]
     axes = tuple(Axis(k, KEY_MIN, KEY_MAX, doc="a key argument of the kernel", tokens=True)
                  for k in defn.key) \
         + tuple(Axis(dtype_axis(a), doc=f"dtype of {a}", choices=choices) for a in defn.dtype_args)
     return UndeclaredKernel(
-        definition=defn, name=defn.name, axes=axes, params=params_from_configs(every),
+        definition=defn, name=defn.name, axes=axes, params=params_from_configs(valid),
         input_names=defn.arg_names, output_names=(), rtol=DTYPE_RTOL[torch.float32],
         description=defn.description or f"{defn.module}.{defn.qualname} (undeclared)",
         make_inputs=not_declared, reference=not_declared, launch=not_declared,
-        axes_of=not_declared, bytes_moved=not_declared, rules=configs_rule(every),
+        axes_of=not_declared, bytes_moved=not_declared, rules=configs_rule(valid),
         tolerance=lambda axes: max([dtype_rtol(getattr(torch, str(axes[dtype_axis(a)]), torch.float32))
                                     for a in defn.dtype_args
                                     if axes.get(dtype_axis(a), NO_TENSOR) != NO_TENSOR]

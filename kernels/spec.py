@@ -53,17 +53,53 @@ def params_from_configs(configs: Sequence[Any], *, doc: str = "") -> tuple["Para
 
 
 def configs_rule(configs: Sequence[Any]) -> Callable[[Mapping[str, Any]], str | None]:
-    """A `rules` hook accepting only the listed configs (a decorator's list is the whole space)."""
-    allowed = {config_key(from_triton_config(c) if not isinstance(c, Mapping) else c) for c in configs}
-    names = sorted({k for c in configs for k in (from_triton_config(c) if not isinstance(c, Mapping)
-                                                   else c)})
+    """A `rules` hook accepting only the listed configs (a decorator's list is the whole space).
+    A listed config lacking a parameter others set (a pruner's constexpr) is matched with that
+    parameter at its default, as `KernelDef.validate_config` completes it."""
+    flat = [from_triton_config(c) if not isinstance(c, Mapping) else dict(c) for c in configs]
+    defaults = {p.name: p.default for p in params_from_configs(flat)} if flat else {}
+    allowed = {config_key({**defaults, **c}) for c in flat}
+    names = sorted({k for c in flat for k in c})
 
     def rule(cfg: Mapping[str, Any]) -> str | None:
-        got = config_key({k: cfg[k] for k in names if k in cfg})
+        got = config_key({k: cfg.get(k, defaults[k]) for k in names})
         return None if got in allowed else "not one of the declared configs"
 
     return rule
 
+
+# A key value Triton's autotuner keys on that is no integer, as typed text: exact (a float by its
+# repr), JSON-able, and never read as a size. Integers (and bools, as 0/1) stay integers.
+KEY_TOKEN_PREFIXES = ("float:", "str:", "tl:", "torch:", "int:")
+KEY_TOKEN_NONE = "none"
+KEY_TOKEN_CHARS = 200
+
+
+def key_token(v: Any) -> str | None:
+    """The token of a non-integer key value: a float, a string, a Triton or torch dtype, None, or
+    an integer beyond an axis's range; None when the value has no stable text (a tensor, a tuple)."""
+    if v is None:
+        return KEY_TOKEN_NONE
+    if isinstance(v, float):
+        tok = f"float:{v!r}"
+    elif isinstance(v, str):
+        tok = f"str:{v}"
+    elif isinstance(v, torch.dtype):
+        tok = f"torch:{str(v).removeprefix('torch.')}"
+    elif isinstance(v, int) and not isinstance(v, bool):
+        tok = f"int:{v}"
+    elif type(v).__module__.startswith("triton.language") and isinstance(getattr(v, "name", None), str):
+        tok = f"tl:{v.name}"
+    else:
+        return None
+    return tok if is_key_token(tok) else None
+
+
+def is_key_token(s: str) -> bool:
+    """Whether text is a key token (`key_token`): a known prefix, bounded, no control character."""
+    return s == KEY_TOKEN_NONE or (
+        s.startswith(KEY_TOKEN_PREFIXES) and len(s) <= KEY_TOKEN_CHARS
+        and not any(ord(ch) < 32 for ch in s))
 
 
 def work_distance(a: float, b: float) -> float:
@@ -97,10 +133,19 @@ class Axis:
     maximum: int = 2**31 - 1
     doc: str = ""
     choices: tuple[str, ...] = ()
+    # Also takes a key token (`key_token`): an undeclared kernel's key value that is no integer,
+    # a category of its own ("nearest" never crosses it).
+    tokens: bool = False
 
     @property
     def categorical(self) -> bool:
         return bool(self.choices)
+
+    def category_of(self, v: Any) -> str | None:
+        """The category a value of this axis keys (None: a size, which "nearest" may cross)."""
+        if self.categorical or (self.tokens and isinstance(v, str)):
+            return str(v)
+        return None
 
     def parse(self, v: Any, kernel: str = "", *, strict: bool = False) -> AxisValue:
         """Check one value of this axis: an int (no bool; text only without `strict`, and then
@@ -113,6 +158,8 @@ class Axis:
             if not isinstance(sv, str) or sv not in self.choices:
                 raise ValueError(f"{where} must be one of {list(self.choices)}, got {v!r}")
             return sv
+        if self.tokens and isinstance(v, str) and is_key_token(v):
+            return v
         if isinstance(v, bool) or not isinstance(v, (int, str)) or (strict and isinstance(v, str)):
             raise ValueError(f"{where} must be an integer, got {v!r}")
         if isinstance(v, str):
@@ -412,7 +459,8 @@ class KernelDef:
 
     def categories(self, axes: Mapping[str, Any]) -> dict[str, str]:
         """The categorical axes of a case: a record is served only to cases that share them."""
-        return {a.name: str(axes[a.name]) for a in self.axes if a.categorical and a.name in axes}
+        out = {a.name: a.category_of(axes[a.name]) for a in self.axes if a.name in axes}
+        return {k: v for k, v in out.items() if v is not None}
 
     def case(self, number: int) -> Case:
         for c in self.cases:

@@ -13,12 +13,12 @@ by the tensor's dtype (`written_mismatches`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from .spec import Axis, KernelDef, config_key, configs_rule, params_from_configs
+from .spec import Axis, KernelDef, config_key, configs_rule, key_token, params_from_configs
 
 KIND = "undeclared"
 DTYPE_AXIS_SUFFIX = ".dtype"
@@ -86,6 +86,9 @@ class Definition:
     kind: str = field(default=KIND)
     # Configs a worker may search besides `configs` (the decorator's `search_space=`).
     search_space: tuple[dict[str, Any], ...] = ()
+    # Configs the user's pruner made on calls (`early_config_prune` may yield new ones): a record
+    # may hold one, and a host serves it only where its own pruner made it too; never searched.
+    pruned: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         for what in ("name", "module", "qualname"):
@@ -106,7 +109,8 @@ class Definition:
                 "configs": [dict(c) for c in self.configs], "source_hash": self.source_hash,
                 "description": self.description,
                 **({"search_space": [dict(c) for c in self.search_space]}
-                   if self.search_space else {})}
+                   if self.search_space else {}),
+                **({"pruned": [dict(c) for c in self.pruned]} if self.pruned else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Definition":
@@ -124,13 +128,15 @@ class Definition:
 
         configs = doc.get("configs")
         beyond = doc.get("search_space") or []
-        for name, given in (("configs", configs), ("search_space", beyond)):
+        made = doc.get("pruned") or []
+        for name, given in (("configs", configs), ("search_space", beyond), ("pruned", made)):
             if not isinstance(given, list) or not all(isinstance(c, dict) and c for c in given):
                 raise ValueError(f"{name}: expected a list of non-empty objects")
             for i, c in enumerate(given):
                 for k, v in c.items():
-                    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-                        raise ValueError(f"{name}[{i}].{k}: expected a number or a string, got {v!r}")
+                    if not isinstance(v, (bool, int, float, str)):
+                        raise ValueError(f"{name}[{i}].{k}: expected a number, a flag or a "
+                                         f"string, got {v!r}")
         if not configs:
             raise ValueError("configs: expected a non-empty list of non-empty objects")
         texts = {n: doc.get(n) for n in ("name", "module", "qualname", "source_hash")}
@@ -145,22 +151,39 @@ class Definition:
                    dtype_args=tuple(doc.get("dtype_args") or ()),
                    configs=tuple(dict(c) for c in configs), source_hash=str(texts["source_hash"]),
                    search_space=tuple(dict(c) for c in beyond),
+                   pruned=tuple(dict(c) for c in made),
                    description=str(doc.get("description") or "")[:500])
+
+    def with_pruned(self, ran: Sequence[Mapping[str, Any]]) -> "Definition":
+        """This definition knowing the configs a call ran (its pruned list, canonical) that it
+        lists nowhere yet; itself when it knows them all."""
+        known = {config_key(c) for c in (*self.configs, *self.search_space, *self.pruned)}
+        new: list[dict[str, Any]] = []
+        for c in ran:
+            if config_key(c) not in known:
+                known.add(config_key(c))
+                new.append(dict(c))
+        return replace(self, pruned=self.pruned + tuple(new)) if new else self
 
     def axis_names(self) -> tuple[str, ...]:
         return self.key + tuple(dtype_axis(a) for a in self.dtype_args)
 
     def case_axes(self, named: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A call's record axes (its key values, then its tensors' dtypes); None when a key
-        value is not an integer or a bool, or a tensor argument is one the first call passed
-        neither as a tensor nor as None (such a key is tuned here as Triton would, not shared)."""
+        """A call's record axes (its key values, then its tensors' dtypes): an integer key value
+        as itself (a bool as 0 or 1, as it specializes the kernel alike), any other as its typed
+        token (`key_token`: a float, a string, a dtype, None). None when a key value has no
+        stable text, or a tensor argument is one the first call passed neither as a tensor nor as
+        None (such a key is tuned here as Triton would, not shared)."""
         out: dict[str, Any] = {}
         for k in self.key:
             v = named.get(k)
-            # A flag in the key (a constexpr bool) keys as 0 or 1, as it specializes the kernel.
-            if not isinstance(v, int) or not KEY_MIN <= v <= KEY_MAX:
+            if isinstance(v, int) and KEY_MIN <= v <= KEY_MAX:
+                out[k] = int(v)
+                continue
+            tok = key_token(v)
+            if tok is None:
                 return None
-            out[k] = int(v)
+            out[k] = tok
         if any(hasattr(v, "dtype") for n, v in named.items() if n not in self.dtype_args):
             return None  # a tensor where the first call had none: Triton's key has other parts
         for a in self.dtype_args:
@@ -209,14 +232,16 @@ def kernel_def(defn: Definition) -> UndeclaredKernel:
 
     choices = dtype_names()
     every = [dict(c) for c in (*defn.configs, *defn.search_space)]
-    axes = tuple(Axis(k, KEY_MIN, KEY_MAX, doc="a key argument of the kernel") for k in defn.key) \
+    valid = every + [dict(c) for c in defn.pruned]
+    axes = tuple(Axis(k, KEY_MIN, KEY_MAX, doc="a key argument of the kernel", tokens=True)
+                 for k in defn.key) \
         + tuple(Axis(dtype_axis(a), doc=f"dtype of {a}", choices=choices) for a in defn.dtype_args)
     return UndeclaredKernel(
-        definition=defn, name=defn.name, axes=axes, params=params_from_configs(every),
+        definition=defn, name=defn.name, axes=axes, params=params_from_configs(valid),
         input_names=defn.arg_names, output_names=(), rtol=DTYPE_RTOL[torch.float32],
         description=defn.description or f"{defn.module}.{defn.qualname} (undeclared)",
         make_inputs=not_declared, reference=not_declared, launch=not_declared,
-        axes_of=not_declared, bytes_moved=not_declared, rules=configs_rule(every),
+        axes_of=not_declared, bytes_moved=not_declared, rules=configs_rule(valid),
         tolerance=lambda axes: max([dtype_rtol(getattr(torch, str(axes[dtype_axis(a)]), torch.float32))
                                     for a in defn.dtype_args
                                     if axes.get(dtype_axis(a), NO_TENSOR) != NO_TENSOR]
@@ -250,11 +275,15 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return diff / base if base > 0 else math.inf
 
 
-def written_mismatches(before: Sequence[Any], first: Sequence[Any],
-                       other: Sequence[Any]) -> tuple[float, list[str]]:
+def written_mismatches(before: Sequence[Any], first: Sequence[Any], other: Sequence[Any],
+                       scratch: Collection[int] = frozenset()) -> tuple[float, list[str]]:
     """Compare what two configs wrote: every tensor that either run changed from `before` must
     match the first config's at its dtype's tolerance. Returns the largest relative error seen
-    among floating outputs and a message per mismatching argument (by position)."""
+    among floating outputs and a message per mismatching argument (by position).
+
+    `scratch` are the positions of the kernel's reset_to_zero tensors: one whose written slots
+    differ between the two configs (per-program partials: the config decides how many programs
+    write) is compared by its total, what the op reads of it; elementwise otherwise."""
     worst = 0.0
     bad: list[str] = []
     for i, (b, f, o) in enumerate(zip(before, first, other)):
@@ -262,15 +291,18 @@ def written_mismatches(before: Sequence[Any], first: Sequence[Any],
             continue
         if torch.equal(b, f) and torch.equal(b, o):
             continue
-        tol = dtype_rtol(f.dtype)
+        tol, what = dtype_rtol(f.dtype), str(f.dtype)
+        if i in scratch and f.shape == o.shape and not torch.equal(f != 0, o != 0):
+            f, o = f.detach().double().sum().reshape(1), o.detach().double().sum().reshape(1)
+            what = f"total of a reset_to_zero buffer, {what}"
         if tol == 0.0:
             if not torch.equal(f, o):
-                bad.append(f"argument {i}: differs from the first config's ({f.dtype}, exact)")
+                bad.append(f"argument {i}: differs from the first config's ({what}, exact)")
             continue
         err = relative_error(o, f)
         worst = max(worst, err)
         if not err <= tol:
-            bad.append(f"argument {i}: relative error {err:.3g} > {tol:g} ({f.dtype})")
+            bad.append(f"argument {i}: relative error {err:.3g} > {tol:g} ({what})")
     return worst, bad
 
 

@@ -520,16 +520,37 @@ def share_tuned(tuner: TritonAutotuner, und: UndeclaredKernel, case: Key, config
                 log.warning("%s: the config tuned here could not be checked (%s); not shared",
                             und.name, exc)
                 return
-            err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got))
+            names = [*tuner.arg_names[:len(args)], *sorted(kwargs)]
+            scratch = {i for i, n in enumerate(names) if n in tuner.reset_to_zero}
+            err, bad = written_mismatches(_tensors(before), _tensors(ref), _tensors(got), scratch)
             if bad:
                 log.warning("%s: the config tuned here (%s) does not write what the first config "
                             "writes (%s); used here, not shared", und.name, config, "; ".join(bad))
                 return
-        BACKENDS.upload(_undeclared_record(und, case, config, timings, err, args),
-                        und.definition.as_json())
+        kdef = _knowing_ran(tuner, und, timings)
+        BACKENDS.upload(_undeclared_record(kdef, case, config, timings, err, args),
+                        kdef.definition.as_json())
 
     BACKENDS.in_background(lambda: guard.guarded(und.name, "sharing the config tuned here",
                                                  check_and_upload, None))
+
+
+def _knowing_ran(tuner: TritonAutotuner, und: UndeclaredKernel,
+                 timings: Mapping[Config, Any]) -> UndeclaredKernel:
+    """The kernel's definition knowing every config this call ran (a pruner may make configs the
+    list lacks), registered here and kept by the decorator, so its record passes the gate."""
+    defn = und.definition.with_pruned([canonical(c) for c in timings])
+    if defn is und.definition:
+        return und
+    from kernelsearch.kernels import registry
+
+    grown = kernel_def(defn)
+    current = registry.get_kernel(und.name) if und.name in registry.all_kernels() else None
+    if current is None or isinstance(current, UndeclaredKernel):
+        registry.register(grown, replace=True)
+    if getattr(tuner, "undeclared", None) is und:
+        tuner.undeclared = grown  # type: ignore[attr-defined]
+    return grown
 
 
 def _stream_of(args: tuple) -> Any:
@@ -892,7 +913,8 @@ class Autotuner(TritonAutotuner):
             return None
 
     def _lookup(self, key: tuple, case: Key, opts: Options, kwargs: dict) -> Resolution | None:
-        n_trials = len(self.prune_configs(kwargs))
+        ran = self.prune_configs(kwargs)
+        n_trials = len(ran)
         near = self._near(case)
         # Workers tune an undeclared kernel from a call's capture, sent in the opt-in modes (the
         # default tunes here and shares the result).
@@ -934,12 +956,17 @@ class Autotuner(TritonAutotuner):
             if opts.recheck_s > 0 and not synced:
                 fut.add_done_callback(lambda f: self._adopt(key, f, opts))
             return None
-        return self._resolution_of(found, opts)
+        return self._resolution_of(found, opts, ran)
 
-    def _resolution_of(self, found: Found | None, opts: Options) -> Resolution | None:
+    def _resolution_of(self, found: Found | None, opts: Options,
+                       ran: Sequence[Config] = ()) -> Resolution | None:
+        """A record as this decorator runs it: a listed config, or one of `ran` (the call's
+        pruned list: a pruner may make configs the list lacks); None when it is neither."""
         if found is None:
             return None
         config = to_triton(found.config, self._meta_names, self.configs)
+        if config is None and self.kernel_def is None:
+            config = next((c for c in ran if canonical_key(c) == canonical_key(found.config)), None)
         if config is None:
             log.info("record for %s does not fit this kernel's meta-parameters: %s",
                      self.kernel_name, found.config)

@@ -193,11 +193,14 @@ class DefinitionIn(BaseModel):
     key: list[str] = Field(max_length=64, description="triton.autotune's key: arguments whose values key a record")
     dtype_args: list[str] = Field(default_factory=list, max_length=200,
                                   description="tensor arguments whose dtype keys a record")
-    configs: list[dict[str, int | float | str]] = Field(min_length=1, max_length=1000)
+    configs: list[dict[str, bool | int | float | str]] = Field(min_length=1, max_length=1000)
     source_hash: str = Field(min_length=1, max_length=300, description="Triton's JIT cache key, hashed")
-    search_space: list[dict[str, int | float | str]] = Field(
+    search_space: list[dict[str, bool | int | float | str]] = Field(
         default_factory=list, max_length=1000,
         description="configs workers may search besides `configs` (the decorator's search_space=)")
+    pruned: list[dict[str, bool | int | float | str]] = Field(
+        default_factory=list, max_length=1000,
+        description="configs the kernel's pruner made on calls (a record may hold one; never searched)")
     description: str = Field("", max_length=500)
 
 

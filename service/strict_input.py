@@ -17,6 +17,7 @@ from fastapi import Request
 from pydantic import BeforeValidator
 
 from kernelsearch.db.portable import MAX_DEPTH, Loc, dotted, first_unportable
+from kernelsearch.kernels.spec import is_key_token
 
 from .errors import error_response, query_error
 
@@ -202,7 +203,7 @@ def parse_case_axes(kdef: Any, raw: Mapping[str, str]) -> dict[str, Any]:
         if a.name not in raw:
             raise AxisError(f"{kdef.name}: missing axis {a.name!r}", a.name)
         v: Any = raw[a.name]
-        if not a.categorical:
+        if not a.categorical and not (a.tokens and is_key_token(v)):
             problem = integer_problem(v)
             if problem and _DIGITS.fullmatch(v):
                 raise AxisError(f"{kdef.name}: axis {a.name!r}={shown_digits(v)} outside "

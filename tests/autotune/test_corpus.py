@@ -35,40 +35,7 @@ def _short(entry: str) -> str:
     return entry.rsplit(".", 1)[-1]
 
 
-# Defects of today's code the corpus finds, each failing now (so strict): the decorator's boundary
-# (service/autotune.py) and the undeclared kernel's key (kernels/undeclared.py) are being fixed on
-# other branches; each xfail goes with its fix. ("faults", entry) covers every fault.
-LONG = ("vendored_inference_runtime.backends.triton_backend.fused_elementwise_operators."
-        "rowwise_gain_and_bias_kernels")
-_LONG_NAME = ("service/autotune.py undeclared_kernel: kernels.undeclared.Definition refuses a name "
-              "over 100 characters (module plus qualified name: 190) with ValueError, which "
-              "reaches the call instead of falling back to triton.autotune (issue 31 item 1)")
-KNOWN: dict[tuple[str, str], str] = {
-    ("first", LONG): _LONG_NAME, ("second", LONG): _LONG_NAME, ("faults", LONG): _LONG_NAME,
-    ("second", "mixed_keys"): (
-        "kernels/undeclared.py Definition.case_axes returns None for a key value that is a float, "
-        "a string, a Triton dtype or None, so such a call is tuned here and never shared: the "
-        "fresh process benchmarks again instead of being served"),
-    ("second", "rewriting_prune"): (
-        "service/autotune.py share_tuned checks the winner against the listed configs' parameters "
-        "(kernels/undeclared.py Definition): a config that early_config_prune made with a constexpr "
-        "the list never sets (gemlite's NUM_STAGES, EVEN_K) is refused as 'unknown parameter', so "
-        "nothing is shared and the fresh process tunes again (gemlite on the H200, call 37)"),
-    ("second", "scratch_partials"): (
-        "service/autotune.py share_tuned (kernels/undeclared.py written_mismatches) compares every "
-        "written tensor with the first config's, reset_to_zero scratch buffers included, whose "
-        "filled slots depend on the config (Liger DyT's DA): a winner other than the first config "
-        "'does not write what the first config writes' and is never shared"),
-}
-
-
-def _mark(mode: str, entry: str) -> list[pytest.MarkDecorator]:
-    why = KNOWN.get((mode, entry)) or (KNOWN.get(("faults", entry)) if mode in FAULTS else None)
-    return [pytest.mark.xfail(strict=True, reason=why)] if why else []
-
-
-def _params(mode: str) -> list:
-    return [pytest.param(e, id=_short(e), marks=_mark(mode, e)) for e in ENTRIES]
+PARAMS = [pytest.param(e, id=_short(e)) for e in ENTRIES]
 
 
 class _Answering(BaseHTTPRequestHandler):
@@ -220,7 +187,7 @@ def test_every_entry_runs_under_triton_autotune(corpus) -> None:
     assert os.path.getsize(work / "triton.pt") > 0
 
 
-@pytest.mark.parametrize("entry", _params("first"))
+@pytest.mark.parametrize("entry", PARAMS)
 def test_first_host_gives_tritons_result_and_tunes(corpus, entry: str) -> None:
     work, got = corpus
     s = got["first"][entry]
@@ -230,7 +197,7 @@ def test_first_host_gives_tritons_result_and_tunes(corpus, entry: str) -> None:
     assert s["benched"] == got["triton"][entry]["benched"]
 
 
-@pytest.mark.parametrize("entry", _params("second"))
+@pytest.mark.parametrize("entry", PARAMS)
 def test_fresh_process_is_served_with_no_benchmark(corpus, entry: str) -> None:
     work, got = corpus
     s = got["second"][entry]
@@ -241,7 +208,7 @@ def test_fresh_process_is_served_with_no_benchmark(corpus, entry: str) -> None:
 
 
 @pytest.mark.parametrize("fault,entry", [
-    pytest.param(f, e, id=f"{f}-{_short(e)}", marks=_mark(f, e)) for f in FAULTS for e in ENTRIES])
+    pytest.param(f, e, id=f"{f}-{_short(e)}") for f in FAULTS for e in ENTRIES])
 def test_a_fault_gives_tritons_result(corpus, fault: str, entry: str) -> None:
     work, got = corpus
     if fault not in got["faults_run"]:

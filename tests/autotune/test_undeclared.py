@@ -153,6 +153,47 @@ def test_written_tensors_compare_at_their_dtype() -> None:
     assert "exact" in written_mismatches(before, first, ints)[1][0]
 
 
+def test_a_reset_to_zero_partials_buffer_is_compared_by_its_total() -> None:
+    """Liger DyT's partials: the config decides which slots its programs fill, so a scratch
+    buffer (reset_to_zero) of other filled slots but the same total is the same result; a wrong
+    total, wrong values in the same slots, or a wrong real output are not."""
+    x = torch.arange(1.0, 9.0)
+    before = [torch.zeros(8), torch.zeros(8)]
+    first = [torch.tensor([3.0, 7, 11, 15, 0, 0, 0, 0]), x.clone()]  # BLOCK 2: four programs
+    other = [torch.tensor([10.0, 26, 0, 0, 0, 0, 0, 0]), x.clone()]  # BLOCK 4: two programs
+    assert written_mismatches(before, first, other, scratch={0}) == (0.0, [])
+    assert "argument 0" in written_mismatches(before, first, other)[1][0]  # not scratch: compared
+    wrong_total = [torch.tensor([10.0, 27, 0, 0, 0, 0, 0, 0]), x.clone()]
+    assert "total of a reset_to_zero" in written_mismatches(before, first, wrong_total, {0})[1][0]
+    same_slots = [torch.tensor([7.0, 3, 11, 15, 0, 0, 0, 0]), x.clone()]  # an atomics output
+    assert "argument 0" in written_mismatches(before, first, same_slots, {0})[1][0]
+    wrong_output = [other[0], x.flip(0)]
+    assert "argument 1" in written_mismatches(before, first, wrong_output, {0})[1][0]
+
+
+def test_every_key_value_triton_accepts_keys_a_category() -> None:
+    """Floats (exactly), strings, Triton and torch dtypes and None key as typed tokens, integers
+    and flags as integers; "nearest" never crosses a token, and a fresh process's query text
+    parses back to the same case."""
+    import triton.language as tl
+
+    defn = Definition(name="m.k", module="m", qualname="k", arg_names=("x", "n", "s", "a", "d", "o", "f"),
+                      key=("n", "s", "a", "d", "o", "f"), dtype_args=("x",),
+                      configs=({"B": 1, "num_warps": 4},), source_hash="ab")
+    x = torch.zeros(2)
+    axes = defn.case_axes({"x": x, "n": 96, "s": 0.1, "a": "relu", "d": tl.float16, "o": None,
+                           "f": True})
+    assert axes == {"n": 96, "s": "float:0.1", "a": "str:relu", "d": "tl:fp16", "o": "none", "f": 1,
+                    "x.dtype": "float32"}
+    assert defn.case_axes({"x": x, "n": 96, "s": (1, 2), "a": "", "d": 1, "o": 1, "f": 1}) is None
+    kdef = at.kernel_def(defn)
+    assert kdef.validate_axes({k: str(v) for k, v in axes.items()}) == axes
+    near = {**axes, "n": 128}
+    assert kdef.distance(axes, near) < float("inf")
+    assert kdef.distance(axes, {**near, "s": "float:0.10000000000000002"}) == float("inf")
+    assert kdef.distance(axes, {**near, "s": 0}) == float("inf")
+
+
 def test_definition_refuses_bad_documents() -> None:
     good = {"name": "m.k", "module": "m", "qualname": "k", "arg_names": ["x", "n"], "key": ["n"],
             "dtype_args": ["x"], "configs": [{"B": 1, "num_warps": 4}], "source_hash": "ab"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import asdict
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -16,7 +17,10 @@ from user_kernels import (CONFIGS, DEVICE, LONG, SHORT, SOURCE, axes, capture, d
 
 from kernelsearch.db.store import Store
 from kernelsearch.db.views import WORKER_VERSIONS
+from kernelsearch.kernels import registry
+from kernelsearch.kernels.configs import canonical, canonical_key
 from kernelsearch.kernels.device import versions
+from kernelsearch.kernels.undeclared import Definition
 from kernelsearch.service.api import create_app
 
 
@@ -249,3 +253,37 @@ def test_a_long_kernel_names_a_study_its_columns_hold() -> None:
     assert len(a) == len(b) == STUDY_NAME_CHARS and a != b
     assert a.startswith(f"ks/{LONG[:100]}") and a == study_name(LONG + "_a", axes(1024), DEVICE)
     assert study_name(SHORT, axes(8), DEVICE).startswith(f"ks/{SHORT}/n=8,")
+
+
+def test_a_key_of_floats_strings_dtypes_and_a_pruners_config_is_stored_and_served(
+        user_client: TestClient, store: Store) -> None:
+    """A kernel keyed on a float, a string, a Triton dtype and None, tuned on a config its pruner
+    made (a constexpr the list lacks), as the decorator uploads it: stored through the REST
+    API, served exactly from query text, and never served "nearest" across another float."""
+    name = "corpus_like.scaled_act"
+    made = canonical({"BLOCK": 64, "EVEN": True, "num_warps": 4})
+    defn = Definition.from_json({**definition(name), "arg_names": [
+        "x_ptr", "y_ptr", "n", "scale", "ACT", "OUT", "opt", "BLOCK", "EVEN"],
+        "key": ["n", "scale", "ACT", "OUT", "opt"]}).with_pruned([made, CONFIGS[0]])
+    assert [canonical_key(c) for c in defn.pruned] == [canonical_key(made)]
+    key = {"n": 96, "scale": "float:0.5", "ACT": "str:relu", "OUT": "tl:fp16", "opt": "none",
+           "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+    try:
+        assert user_client.post("/v1/kernels", json=defn.as_json()).status_code == 201
+        rec = und_record(name, 96, 10.0, axes=key, config=made, config_timings={
+            canonical_key(made): 10.0, canonical_key(CONFIGS[0]): 15.0})
+        doc = json.loads(json.dumps({**asdict(rec), "tuned_at": rec.tuned_at.isoformat()}))
+        got = user_client.post("/v1/records", json=doc)
+        assert got.status_code == 201, got.text
+        # A listed config (no EVEN) is still one of the kernel's, EVEN completed at its default.
+        assert registry.get_kernel(name).validate_config(CONFIGS[1])["EVEN"] is True
+        q = {"kernel": name, "device": DEVICE, **key}
+        best = user_client.get("/v1/best", params=q)
+        assert best.status_code == 200, best.text
+        assert best.json()["match"] == "exact" and best.json()["config"]["EVEN"] is True
+        other = user_client.get("/v1/best", params={**q, "scale": "float:2.0"})
+        assert other.status_code == 404, other.text
+        bad = user_client.get("/v1/best", params={**q, "scale": "0.5"})
+        assert bad.status_code == 422 and "scale" in bad.text
+    finally:
+        forget(name)

@@ -25,9 +25,11 @@ DTYPE_AXIS_SUFFIX = ".dtype"
 # Integer key values an undeclared kernel's record may hold (JSON-safe, wider than any size).
 KEY_MIN, KEY_MAX = -(2**53), 2**53
 # Relative error (norm of difference over norm of the first config's output) a config may show
-# against the first config, by the written tensor's dtype: reordered sums round differently.
+# against the first config, by the written tensor's dtype: reordered sums round differently, and
+# split-K kernels adding partial sums atomically in a half-precision output round at every add
+# (gemlite's 4-bit GEMV on the H200: 2.9e-3 in float16); a wrong config errs by far more.
 DTYPE_RTOL: dict[torch.dtype, float] = {
-    torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2,
+    torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2,
 }
 LOW_PRECISION_RTOL = 0.1  # float8 and other narrow floats
 

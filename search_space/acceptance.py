@@ -240,7 +240,9 @@ def _check_timings(k: KernelDef, rec: RecordIn, floor: float, why: str) -> None:
         return
     if not isinstance(timings, Mapping):
         raise RecordRejected("config_timings", "expected an object {config key: median us}")
-    known = {canonical_key(c) for c in k.space} if isinstance(k, UndeclaredKernel) else None
+    # An undeclared kernel's record may time the configs its call's pruner made besides the list.
+    known = ({canonical_key(c) for c in (*k.space, *k.definition.pruned)}
+             if isinstance(k, UndeclaredKernel) else None)
     for key, t in timings.items():
         field = f"config_timings.{key[:80]}"
         if known is not None and key not in known:

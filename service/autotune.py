@@ -512,7 +512,7 @@ def share_tuned(tuner: TritonAutotuner, und: UndeclaredKernel, case: Key, config
         err = 0.0
         if before is not None:
             try:
-                with stream:
+                with stream():
                     ref, got = _clone_call(*before), _clone_call(*before)
                     launch_alone(tuner, first, *ref)
                     launch_alone(tuner, config, *got)
@@ -553,18 +553,30 @@ def _knowing_ran(tuner: TritonAutotuner, und: UndeclaredKernel,
     return grown
 
 
-def _stream_of(args: tuple) -> Any:
-    """The caller's current CUDA stream of the call's device (the share check's launches follow
-    the call's work there), or a context that does nothing."""
+def _stream_of(args: tuple) -> Callable[[], Any]:
+    """The caller's current CUDA stream of the call's device, taken on the call's path, as a
+    context for the background check: it binds that device's primary context to the background
+    thread first (a fresh thread has none; Triton's launch binds one itself, but its host-side
+    tensor descriptors (TMA) need it bound already), then follows the call's work on its stream.
+    A context that does nothing without a CUDA tensor."""
     import contextlib
 
     device = next((a.device for a in args if getattr(getattr(a, "device", None), "type", "") == "cuda"),
                   None)
     if device is None:
-        return contextlib.nullcontext()
+        return contextlib.nullcontext
     import torch
 
-    return torch.cuda.stream(torch.cuda.current_stream(device))
+    caller = torch.cuda.current_stream(device)
+
+    @contextlib.contextmanager
+    def on_callers_stream() -> Any:
+        with torch.cuda.device(device):
+            torch.cuda.synchronize(device)  # a runtime call: binds the primary context here
+            with torch.cuda.stream(caller):
+                yield
+
+    return on_callers_stream
 
 
 def _record_json(record: Any) -> dict[str, Any]:

@@ -153,6 +153,21 @@ def test_written_tensors_compare_at_their_dtype() -> None:
     assert "exact" in written_mismatches(before, first, ints)[1][0]
 
 
+def test_a_half_precision_split_k_rounding_is_shared_and_a_wrong_result_is_not() -> None:
+    """Partial sums added atomically in a float16 output round at every add (gemlite's 4-bit GEMV
+    on the H200 differed from its first config by 2.9e-3): such a winner is shared; an output off
+    by a few percent, as a config that drops a block would be, is not."""
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(4096, generator=gen).half()
+    rounded = (ref.float() * (1 + 3e-3 * torch.randn(4096, generator=gen))).half()
+    wrong = ref.clone()
+    wrong[:100] = 0
+    before = [torch.zeros(4096, dtype=torch.float16)]
+    assert written_mismatches(before, [ref], [rounded])[1] == []
+    assert "argument 0" in written_mismatches(before, [ref], [wrong])[1][0]
+    assert "argument 0" in written_mismatches(before, [ref.bfloat16()], [(ref * 1.1).bfloat16()])[1][0]
+
+
 def test_a_reset_to_zero_partials_buffer_is_compared_by_its_total() -> None:
     """Liger DyT's partials: the config decides which slots its programs fill, so a scratch
     buffer (reset_to_zero) of other filled slots but the same total is the same result; a wrong

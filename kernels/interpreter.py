@@ -12,6 +12,8 @@ other's patch: launches are serialized.
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import threading
 from typing import Any
@@ -52,16 +54,19 @@ def _install() -> None:
     compiled_call, compiled_run, interpreted_run = (JITFunction.__call__, JITFunction.run,
                                                     InterpretedFunction.run)
 
+    @functools.wraps(compiled_call)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if knobs.runtime.interpret:
             return twin(self)(*args, **kwargs)
         return compiled_call(self, *args, **kwargs)
 
+    @functools.wraps(compiled_run)  # Triton's signature stays visible (inspect follows it)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if knobs.runtime.interpret:
             return twin(self).run(*args, **kwargs)
         return compiled_run(self, *args, **kwargs)
 
+    @functools.wraps(interpreted_run)
     def run_alone(self: Any, *args: Any, **kwargs: Any) -> Any:
         with _LOCK:
             return interpreted_run(self, *args, **kwargs)

@@ -51,7 +51,10 @@ from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, Unde
                                              dtype_axis, kernel_def, tensor_args, work_of,
                                              written_mismatches)
 
+from kernelsearch.search_space.derived import DerivedRule
+
 from . import guard
+from .search_policy import search_space_configs, serve_searched
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import RecordRepository
@@ -632,12 +635,13 @@ class Autotuner(TritonAutotuner):
     def __init__(self, fn: Any, arg_names: list[str], configs: list[Config], key: list[str],
                  *args: Any, name: str | None = None,
                  reference: Callable[..., Any] | None = None,
-                 search_space: Sequence[Config] | None = None, **kwargs: Any) -> None:
+                 search_space: Sequence[Config] | str | DerivedRule | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(fn, arg_names, configs, key, *args, **kwargs)
         self.kernel_name = name
         self.reference = reference
         # Configs a worker may search beyond the list (an undeclared kernel's captured calls).
-        self.search_space = list(search_space or ())
+        self.search_space = search_space_configs(configs, search_space)
         for i, c in enumerate(self.search_space):
             if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
                 raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "
@@ -871,7 +875,8 @@ class Autotuner(TritonAutotuner):
         winner = canonical_key(found.config)
         # A winner from `search_space` (a worker searched beyond the list) is served too, once
         # the record measured the whole list.
-        beyond = {canonical_key(c) for c in self.search_space}
+        beyond = ({canonical_key(c) for c in self.search_space}
+                  if serve_searched(declared=False) else set())
         if (winner in by_key or winner in beyond) and len(stored) == len(by_key):
             return res
         if not stored:
@@ -1322,12 +1327,14 @@ def autotune(configs: list[Config], key: list[str], prune_configs_by: dict | Non
              do_bench: Callable | None = None, cache_results: bool = False, *,
              name: str | None = None,
              reference: Callable[..., Any] | None = None,
-             search_space: Sequence[Config] | None = None) -> Callable[[Any], Autotuner]:
+             search_space: Sequence[Config] | str | DerivedRule | None = None
+             ) -> Callable[[Any], Autotuner]:
     """`triton.autotune` with the same arguments; `name` (the kernel's name in kernelsearch) and
     `reference` (what the correctness gate compares with, instead of the first config) may also
     be given to `declare`. `search_space`: more configs (the same meta-parameters) that workers
-    may search besides the list, for a kernel they tune from a call's capture or a declaration;
-    this process only ever benchmarks the list."""
+    may search besides the list, for a kernel they tune from a call's capture or a declaration,
+    or "derived" / a DerivedRule for the derived space (service.search_policy); this process
+    only ever benchmarks the list."""
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,

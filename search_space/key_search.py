@@ -22,7 +22,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import optuna
 from optuna.distributions import CategoricalDistribution
@@ -41,6 +41,7 @@ SAMPLERS = ("tpe", "random", "gp", "cmaes", "qmc")
 ABSENT = "__absent__"
 A_CONFIG = "ks_config"            # a trial's canonical config key
 A_LISTED = "ks_listed"            # a warm-start trial of a listed config
+A_RAN = "ks_ran"                  # a trial whose config this search evaluated
 A_FAILED = "ks_failed"            # why a trial failed (compile, resources, launch, gate)
 A_REFUSED = "ks_refused"          # study attr: {config key: why} the strict gate refused
 # Asks without a new config (the sampler proposing known ones) allowed per budgeted trial.
@@ -101,6 +102,22 @@ class KeySearch:
                 and (lb is None or t < lb[1])][:k]
 
 
+def choices_of(configs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    """Each parameter's values over a space given as configs (sorted where they sort)."""
+    out: dict[str, list[Any]] = {}
+    for c in configs:
+        for k, v in canonical(c).items():
+            if v not in out.setdefault(k, []):
+                out[k].append(v)
+    done: dict[str, tuple[Any, ...]] = {}
+    for k, vals in out.items():
+        try:
+            done[k] = tuple(sorted(vals))
+        except TypeError:
+            done[k] = tuple(vals)
+    return done
+
+
 def make_sampler(name: str, seed: int | None = None) -> optuna.samplers.BaseSampler:
     """A sampler over the derived space's categorical parameters; passed on every load."""
     with warnings.catch_warnings():
@@ -143,11 +160,14 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
                choices: Mapping[str, Sequence[Any]] | None = None,
                listed_timings: Mapping[str, float | None] | None = None,
                budget: Budget = Budget(), sampler: str = DEFAULT_SAMPLER,
+               allowed: Collection[str] | None = None,
                seed: int | None = 0, clock: Callable[[], float] = time.monotonic) -> KeySearch:
     """Search one key: `evaluate(config)` times a config (us, lower is better) or raises
     ConfigFailed; `listed` is the kernel's config list, `choices` the space (default: derived
     from the list), `listed_timings` what the key measured of the list already (by
-    canonical_key), `storage` an Optuna storage or URL, `study_name` the key's study."""
+    canonical_key), `storage` an Optuna storage or URL, `study_name` the key's study, `allowed`
+    the config keys that can run at all (a capture's: those it has grids for; default every
+    config of `choices`): a proposal outside them is a failed trial that costs no budget."""
     listed_c = [canonical(c) for c in listed]
     if not listed_c:
         raise ValueError("listed: a key's search needs the kernel's config list")
@@ -163,11 +183,12 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
     refused = set(study.user_attrs.get(A_REFUSED, {}))
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
         key = t.user_attrs.get(A_CONFIG)
-        if key is None or (key in found.timings and t.state == TrialState.FAIL):
-            continue
+        ran = bool(t.user_attrs.get(A_RAN))
+        if key is None or not (ran or t.user_attrs.get(A_LISTED)):
+            continue  # a repeat or a proposal outside the space: nothing was run
         found.timings[key] = t.value if t.state == TrialState.COMPLETE else None
         found.configs.setdefault(key, _config(t.params))
-        if not t.user_attrs.get(A_LISTED):
+        if ran:
             found.evaluated += 1
     for key in refused:
         found.timings[key] = None
@@ -183,6 +204,14 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
         cfg = _config(trial.params)
         key = canonical_key(cfg)
         trial.set_user_attr(A_CONFIG, key)
+        if allowed is not None and key not in allowed and key not in found.timings:
+            trial.set_user_attr(A_FAILED, "outside the space")
+            study.tell(trial, state=TrialState.FAIL)
+            repeats += 1
+            if repeats > MAX_REPEATS_PER_TRIAL * max(1, budget.n_trials):
+                found.stopped = "space exhausted"
+                break
+            continue
         if key in found.timings or key in refused:
             # Known: told again at no cost (a refused or failed config is never run again).
             t = found.timings.get(key)
@@ -198,6 +227,7 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
             continue
         found.configs[key] = cfg
         found.evaluated += 1
+        trial.set_user_attr(A_RAN, True)
         try:
             value = float(evaluate(cfg))
             if not math.isfinite(value) or value <= 0:
@@ -257,5 +287,5 @@ def refused_keys(storage: Any, study_name: str) -> set[str]:
     return set(study.user_attrs.get(A_REFUSED, {}))
 
 
-__all__ = ["Budget", "ConfigFailed", "KeySearch", "search_key", "make_sampler", "refuse",
+__all__ = ["choices_of", "Budget", "ConfigFailed", "KeySearch", "search_key", "make_sampler", "refuse",
            "refused_keys", "DEFAULT_SAMPLER", "SAMPLERS"]

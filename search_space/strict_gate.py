@@ -50,10 +50,14 @@ class GateResult:
 def capture_draws(capture: Capture, device: torch.device | str, *, mode: GateMode = GateMode.STRICT,
                   n: int = STRICT_DRAWS, edges: Sequence[Capture] = (), seed: int = 0) -> list[Draw]:
     """The draws a config is compared on: the capture's first draw (LISTED), or `n` draws of the
-    captured shape and one of each edge capture (STRICT). Tensors in the capture's order."""
+    captured shape and one of each edge capture (STRICT). Each draw is the call's tensors, in
+    the capture's order (`Capture.tensor_names`, as `CapturedKernel.captured_inputs`)."""
 
     def of(c: Capture, s: int) -> Callable[[], list[Any]]:
-        return lambda: [v for _, v in rebuild(c, device, seed=s).items()]
+        def make() -> list[Any]:
+            got = rebuild(c, device, seed=s)
+            return [got[name] for name in c.tensor_names]
+        return make
 
     if mode is GateMode.LISTED:
         return [Draw("the captured call", of(capture, seed))]

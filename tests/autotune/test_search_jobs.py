@@ -1,0 +1,113 @@
+"""Search jobs (issue 35): `kernelsearch search --from-captures` queues one per key a program's
+captures met; a worker runs it (the per-key study in the store, the strict gate, the re-measure)
+and stores a record that says where its winner came from. Under the interpreter the timings
+mean nothing: what is asserted is the mechanics, and the record's consistency with them."""
+from __future__ import annotations
+
+import json
+import math
+
+import optuna
+import pytest
+import torch
+import triton
+from svc_helpers import settings_for
+from typer.testing import CliRunner
+
+import ks_undeclared_user
+from kernelsearch.kernels.capture import capture_call, jit_function_of
+from kernelsearch.kernels.configs import canonical, canonical_key
+from kernelsearch.kernels.spec import source_hash_of
+from kernelsearch.search_space.acceptance import RecordRejected
+from kernelsearch.search_space.key_search import A_LISTED
+from kernelsearch.service import job_child, search_jobs
+from kernelsearch.service.cli import app
+from kernelsearch.service.definitions import register_definition
+from kernelsearch.service.worker import Worker
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("isolated_client")]
+NAME = "ks_undeclared_user.scale_kernel"
+CASE = {"n": 200, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+BEYOND = [{"BLOCK": 128, "num_warps": 4, "num_stages": 3, "num_ctas": 1},
+          {"BLOCK": 8, "num_warps": 2, "num_stages": 1, "num_ctas": 1}]
+
+
+def _definition() -> dict:
+    tuner = ks_undeclared_user.scale_kernel
+    return {"name": NAME, "module": "ks_undeclared_user", "qualname": "scale_kernel",
+            "arg_names": list(tuner.arg_names), "key": ["n"], "dtype_args": ["x_ptr", "y_ptr"],
+            "configs": [canonical(c) for c in tuner.configs], "search_space": BEYOND,
+            "source_hash": source_hash_of([jit_function_of(tuner)])}
+
+
+def _capture() -> dict:
+    x, y = torch.randn(200), torch.empty(200)
+    configs = [*_definition()["configs"], *BEYOND]
+    return capture_call({"x_ptr": x, "y_ptr": y, "n": 200}, ["BLOCK"], configs,
+                        lambda meta: (triton.cdiv(200, meta["BLOCK"]),)).as_json()
+
+
+def _in_process(fn, *args, stop=None, limit_s=None):
+    return fn(*args)
+
+
+def test_a_search_job_per_captured_key_stores_a_record_saying_where_its_winner_came_from(
+        sqlite_store, monkeypatch) -> None:
+    settings = settings_for(sqlite_store.url, job_modules=["ks_undeclared_user"],
+                            search_trials=3, search_seconds=60)
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    first, _ = sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
+    sqlite_store.cancel_job(first.id)  # only the stored call matters here
+    (queued, new), = search_jobs.queue_searches(sqlite_store, settings)
+    assert new and queued.sampler == search_jobs.SEARCH and queued.n_trials == 3
+    assert search_jobs.queue_searches(sqlite_store, settings)[0] == (queued, False)
+    monkeypatch.setattr(job_child, "run_in_child", _in_process)
+    worker = Worker(settings, sqlite_store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    done = sqlite_store.get_job(queued.id)
+    assert done.status == "succeeded", done.error
+    (rec,) = sqlite_store.list_records(kernel=NAME)
+    listed = {canonical_key(c) for c in _definition()["configs"]}
+    assert set(rec.config_timings) >= listed
+    if rec.winner_origin == "search":
+        assert rec.gain_vs_list > 1 and canonical_key(rec.config) not in listed
+    else:
+        assert rec.gain_vs_list in (None, 1.0) and set(rec.config_timings) == listed
+    assert rec.latency_median_us == min(t for t in rec.config_timings.values() if t is not None)
+    study = optuna.load_study(study_name=search_jobs.study_of(NAME, CASE, rec.device),
+                              storage=sqlite_store.url)
+    ran = [t for t in study.trials if not t.user_attrs.get(A_LISTED)
+           and t.state == optuna.trial.TrialState.COMPLETE]
+    assert ran and done.best["cases"][0]["trials_done"] == 3
+    print("BEST", done.best, rec.winner_origin, rec.gain_vs_list)
+
+
+def test_a_searched_record_without_a_gain_is_refused() -> None:
+    out = {"timings": {"a": 2.0, "b": 1.0}, "listed": ["a"], "winner": "b",
+           "winner_origin": "search", "gain": 0.9, "configs": {"b": {"BLOCK": 8}},
+           "device": "cpu (triton interpreter)", "timing_method": "interpreter-wallclock"}
+    with pytest.raises(RecordRejected):
+        search_jobs.search_record(NAME, CASE, out, source_hash="x", work=1.0, study_name="s",
+                                  job_id=None)
+
+
+def test_search_from_captures_cli(sqlite_store, monkeypatch) -> None:
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.setenv("KS_SEARCH_TRIALS", "7")
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    runner = CliRunner()
+    got = runner.invoke(app, ["search", "--from-captures", "--kernel", NAME])
+    assert got.exit_code == 2 and "no stored call" in got.output
+    sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
+    got = runner.invoke(app, ["search", "--from-captures", "--json"])
+    assert got.exit_code == 0, got.output
+    (row,) = json.loads(got.output)
+    assert row["kernel"] == NAME and row["n_trials"] == 7 and row["new"] is True
+    got = runner.invoke(app, ["search"])
+    assert got.exit_code == 2 and "--from-captures" in got.output
+    assert not math.isnan(0.0)

@@ -76,7 +76,7 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
     found = search_key(evaluate, listed, storage=storage, study_name=study_name,
                        listed_timings=listed_timings,
                        budget=Budget(int(budget.get("n_trials", 64)), budget.get("timeout_s")),
-                       sampler=sampler, allowed=set(space), choices=choices_of(list(space.values())))
+                       sampler=sampler, allowed=space, choices=choices_of(list(space.values())))
     out: dict[str, Any] = {
         "timings": found.timings, "listed": list(found.listed), "evaluated": found.evaluated,
         "trials_to_best": found.trials_to_best, "stopped": found.stopped,

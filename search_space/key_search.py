@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.distributions import CategoricalDistribution
@@ -55,8 +56,9 @@ class ConfigFailed(Exception):
 
 @dataclass(frozen=True)
 class Budget:
-    """A key's search budget: configs evaluated (all runs of the study together) and seconds
-    (this run)."""
+    """A key's search budget: configs evaluated beyond the list (all runs of the study together;
+    the listed configs a key has not measured yet run first, outside it) and seconds (this run,
+    the listed ones included)."""
 
     n_trials: int = 64
     timeout_s: float | None = 300.0
@@ -76,7 +78,7 @@ class KeySearch:
     timings: dict[str, float | None] = field(default_factory=dict)
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     listed: tuple[str, ...] = ()
-    evaluated: int = 0           # configs run by the search (warm-start measurements excluded)
+    evaluated: int = 0           # configs beyond the list run by the search
     trials_to_best: int | None = None
     stopped: str = ""
 
@@ -160,14 +162,16 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
                choices: Mapping[str, Sequence[Any]] | None = None,
                listed_timings: Mapping[str, float | None] | None = None,
                budget: Budget = Budget(), sampler: str = DEFAULT_SAMPLER,
-               allowed: Collection[str] | None = None,
+               allowed: Mapping[str, Mapping[str, Any]] | None = None,
                seed: int | None = 0, clock: Callable[[], float] = time.monotonic) -> KeySearch:
     """Search one key: `evaluate(config)` times a config (us, lower is better) or raises
     ConfigFailed; `listed` is the kernel's config list, `choices` the space (default: derived
     from the list), `listed_timings` what the key measured of the list already (by
     canonical_key), `storage` an Optuna storage or URL, `study_name` the key's study, `allowed`
-    the config keys that can run at all (a capture's: those it has grids for; default every
-    config of `choices`): a proposal outside them is a failed trial that costs no budget."""
+    the configs that can run at all, by key (a capture's: those it has grids for; default every
+    config of `choices`): a proposal outside them is a failed trial that costs no budget, and
+    a config of them not run yet is queued next, so a sparse space is still covered."""
+    allowed_configs = allowed
     listed_c = [canonical(c) for c in listed]
     if not listed_c:
         raise ValueError("listed: a key's search needs the kernel's config list")
@@ -188,13 +192,19 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
             continue  # a repeat or a proposal outside the space: nothing was run
         found.timings[key] = t.value if t.state == TrialState.COMPLETE else None
         found.configs.setdefault(key, _config(t.params))
-        if ran:
+        if ran and key not in found.listed:
             found.evaluated += 1
     for key in refused:
         found.timings[key] = None
     _warm_start(study, listed_c, names, dists, listed_timings or {}, found)
     start = clock()
     repeats = 0
+    rng = random.Random(seed)
+    space_of = {k: v for k, v in (allowed_configs or {}).items()}
+
+    def allowed_left() -> list[dict[str, Any]]:
+        return [c for k, c in space_of.items() if k not in found.timings and k not in refused]
+
     best_so_far = found.best[1] if found.best else math.inf
     while found.evaluated < budget.n_trials:
         if budget.timeout_s is not None and clock() - start >= budget.timeout_s:
@@ -207,6 +217,7 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
         if allowed is not None and key not in allowed and key not in found.timings:
             trial.set_user_attr(A_FAILED, "outside the space")
             study.tell(trial, state=TrialState.FAIL)
+            _enqueue_unexplored(study, rng, allowed_left(), names)
             repeats += 1
             if repeats > MAX_REPEATS_PER_TRIAL * max(1, budget.n_trials):
                 found.stopped = "space exhausted"
@@ -220,13 +231,16 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
                 study.tell(trial, state=TrialState.FAIL)
             else:
                 study.tell(trial, t)
+            if allowed is not None:
+                _enqueue_unexplored(study, rng, allowed_left(), names)
             repeats += 1
             if repeats > MAX_REPEATS_PER_TRIAL * max(1, budget.n_trials):
                 found.stopped = "space exhausted"
                 break
             continue
         found.configs[key] = cfg
-        found.evaluated += 1
+        if key not in found.listed:
+            found.evaluated += 1
         trial.set_user_attr(A_RAN, True)
         try:
             value = float(evaluate(cfg))
@@ -270,6 +284,13 @@ def _warm_start(study: optuna.Study, listed: Sequence[dict[str, Any]], names: Se
         elif params not in waiting:
             study.enqueue_trial(params, user_attrs={A_LISTED: False})
             waiting.append(params)
+
+
+def _enqueue_unexplored(study: optuna.Study, rng: random.Random, left: Sequence[Mapping[str, Any]],
+                        names: Sequence[str]) -> None:
+    """Queue one config not run yet (the sampler proposed a known one, or one outside the space)."""
+    if left and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        study.enqueue_trial(_params(rng.choice(list(left)), names))
 
 
 def refuse(storage: Any, study_name: str, config_key: str, why: str) -> None:

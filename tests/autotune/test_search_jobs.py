@@ -110,3 +110,24 @@ def test_search_from_captures_cli(sqlite_store, monkeypatch) -> None:
     got = runner.invoke(app, ["search"])
     assert got.exit_code == 2 and "--from-captures" in got.output
     assert not math.isnan(0.0)
+
+
+def test_search_route_queues_a_job_per_captured_key(sqlite_store) -> None:
+    from fastapi.testclient import TestClient
+
+    from kernelsearch.service.api import create_app
+
+    settings = settings_for(sqlite_store.url, search_trials=5)
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    with TestClient(create_app(settings, store=sqlite_store)) as c:
+        assert c.post("/v1/search", json={"kernel": NAME}).status_code == 422  # no stored call
+        assert c.post("/v1/search", json={"kernel": "nope.k"}).status_code == 404
+        assert c.post("/v1/search", json={"kernel": 3}).status_code == 422
+        sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
+        got = c.post("/v1/search", json={})
+        assert got.status_code == 202
+        (job,) = got.json()["jobs"]
+        assert (job["kernel"], job["sampler"], job["n_trials"], job["existing"]) == (
+            NAME, "search", 5, False)
+        assert c.post("/v1/search", json={}).json()["jobs"][0]["existing"] is True

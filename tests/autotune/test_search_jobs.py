@@ -83,6 +83,16 @@ def test_a_search_job_per_captured_key_stores_a_record_saying_where_its_winner_c
     ran = [t for t in study.trials if not t.user_attrs.get(A_LISTED)
            and t.state == optuna.trial.TrialState.COMPLETE]
     assert ran and done.best["cases"][0]["trials_done"] == 2  # both configs beyond the list
+    from fastapi.testclient import TestClient
+
+    from kernelsearch.service.api import create_app
+    from kernelsearch.service.dashboard import gain_label
+
+    with TestClient(create_app(settings, store=sqlite_store)) as c:
+        page = c.get("/").text
+    assert "vs the list's best" in page and gain_label(rec.as_dict()) in page
+    assert gain_label({"winner_origin": "search", "gain_vs_list": 1.284}) == "1.28× (searched)"
+    assert gain_label({"winner_origin": "list", "gain_vs_list": None}) == "list"
 
 
 def test_a_searched_record_without_a_gain_is_refused() -> None:

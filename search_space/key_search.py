@@ -81,6 +81,7 @@ class KeySearch:
     evaluated: int = 0           # configs beyond the list run by the search
     trials_to_best: int | None = None
     stopped: str = ""
+    order: list[str] = field(default_factory=list)  # configs in the order they ran
 
     def ranked(self) -> list[tuple[str, float]]:
         """Measured configs, fastest first."""
@@ -192,6 +193,8 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
             continue  # a repeat or a proposal outside the space: nothing was run
         found.timings[key] = t.value if t.state == TrialState.COMPLETE else None
         found.configs.setdefault(key, _config(t.params))
+        if ran:
+            found.order.append(key)
         if ran and key not in found.listed:
             found.evaluated += 1
     for key in refused:
@@ -239,6 +242,7 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
                 break
             continue
         found.configs[key] = cfg
+        found.order.append(key)
         if key not in found.listed:
             found.evaluated += 1
         trial.set_user_attr(A_RAN, True)

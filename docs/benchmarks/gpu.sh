@@ -33,6 +33,9 @@
 #                 (docs/benchmarks/issue25_helion.py)
 #   helion-queue  the same kernels under KS_HELION_ON_MISS=default: a fresh host runs Helion's default
 #                 configs and queues jobs, `kernelsearch worker` tunes them, a later host is served
+#   issue35       search beyond the list: gemlite, Liger-Kernel and fla's @triton.autotune kernels, a per-key
+#                 Optuna search of the derived space with a budget (KS35_TRIALS, KS35_KEY_S, KS35_SWEEP,
+#                 KS35_REPEATS), the strict gate and the interleaved re-measure (docs/benchmarks/issue35_search.py)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -189,6 +192,20 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       timeout ${ISSUE25Q_S:-400} python3 docs/benchmarks/issue25_helion.py $D/issue25_helion_queue.json \
         --queue --work /tmp/ks25q 2>&1 | tail -5
       cp /tmp/ks25q/*.stderr.txt $D/ 2>/dev/null ;;
+    issue35)
+      # Search beyond the list (issue 35): per key of gemlite, Liger-Kernel and fla, a budgeted
+      # Optuna search of the derived space, the strict gate, the interleaved re-measure; ~6 min.
+      D=$OUT/issue35; W=/tmp/ks35; mkdir -p $D $W
+      END=$((SECONDS + ${ISSUE35_TOTAL_S:-360}))
+      for lib in ${ISSUE35_LIBS:-gemlite liger fla}; do
+        LEFT=$((END - SECONDS)); LIMIT=$(( LEFT < ${ISSUE35_S:-150} ? LEFT : ${ISSUE35_S:-150} ))
+        [ $LIMIT -gt 10 ] || { echo "$lib: skipped (no time left)"; continue; }
+        rm -rf $W/tc_$lib
+        TRITON_CACHE_DIR=$W/tc_$lib timeout $LIMIT \
+          python3 docs/benchmarks/issue35_search.py run --lib $lib --out $D 2>$D/$lib.err | tail -1
+        [ -s $D/$lib.json ] || { echo "$lib: no result"; grep -v -i warn $D/$lib.err | tail -4; }
+      done
+      python3 docs/benchmarks/issue35_search.py table $D | tee $D/table.txt ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

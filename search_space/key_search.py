@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
 from kernelsearch.kernels.configs import canonical, canonical_key
@@ -150,8 +150,8 @@ def _config(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _distributions(choices: Mapping[str, Sequence[Any]], listed: Sequence[Mapping[str, Any]]
-                   ) -> dict[str, CategoricalDistribution]:
-    out = {}
+                   ) -> dict[str, BaseDistribution]:
+    out: dict[str, BaseDistribution] = {}
     for n, ch in choices.items():
         vals = list(ch) + ([ABSENT] if any(n not in c for c in listed) else [])
         out[n] = CategoricalDistribution(vals)
@@ -205,7 +205,7 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
     rng = random.Random(seed)
     space_of = {k: v for k, v in (allowed_configs or {}).items()}
 
-    def allowed_left() -> list[dict[str, Any]]:
+    def allowed_left() -> list[Mapping[str, Any]]:
         return [c for k, c in space_of.items() if k not in found.timings and k not in refused]
 
     best_so_far = found.best[1] if found.best else math.inf
@@ -228,12 +228,12 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
             continue
         if key in found.timings or key in refused:
             # Known: told again at no cost (a refused or failed config is never run again).
-            t = found.timings.get(key)
-            if key in refused or t is None:
+            known = found.timings.get(key)
+            if key in refused or known is None:
                 trial.set_user_attr(A_FAILED, "known failure")
                 study.tell(trial, state=TrialState.FAIL)
             else:
-                study.tell(trial, t)
+                study.tell(trial, known)
             if allowed is not None:
                 _enqueue_unexplored(study, rng, allowed_left(), names)
             repeats += 1
@@ -265,7 +265,7 @@ def search_key(evaluate: Callable[[dict[str, Any]], float], listed: Sequence[Any
 
 
 def _warm_start(study: optuna.Study, listed: Sequence[dict[str, Any]], names: Sequence[str],
-                dists: Mapping[str, CategoricalDistribution],
+                dists: Mapping[str, BaseDistribution],
                 timings: Mapping[str, float | None], found: KeySearch) -> None:
     """Listed configs into the study once: measured ones as finished trials with their timings,
     the others enqueued (run first, counted in the budget)."""

@@ -141,3 +141,19 @@ def test_search_route_queues_a_job_per_captured_key(sqlite_store) -> None:
         assert (job["kernel"], job["sampler"], job["n_trials"], job["existing"]) == (
             NAME, "search", 5, False)
         assert c.post("/v1/search", json={}).json()["jobs"][0]["existing"] is True
+
+
+def test_a_searched_winner_is_served_by_default_for_declared_kernels_only(monkeypatch) -> None:
+    from kernelsearch.service.search_policy import search_space_configs, serve_searched
+
+    assert serve_searched(declared=True) and not serve_searched(declared=False)
+    monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", "on")
+    assert serve_searched(declared=False)
+    monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", "off")
+    assert not serve_searched(declared=True)
+    listed = ks_undeclared_user.CONFIGS
+    derived = search_space_configs(listed, "derived", cap=5)
+    assert len(derived) == 5 and all(canonical(c) not in [canonical(x) for x in listed] for c in derived)
+    assert [canonical(c) for c in derived] == [canonical(c) for c in search_space_configs(listed, "derived", cap=5)]
+    with pytest.raises(ValueError, match="search_space"):
+        search_space_configs(listed, "wide")

@@ -74,14 +74,14 @@ def search_record(kernel: str, axes: Mapping[str, Any], out: Mapping[str, Any], 
     versions = out.get("versions") or {}
     n_failed = sum(1 for t in timings.values() if t is None)
     verdict = out.get("verdict")
+    err = float(out.get("gate_rel_error") or 0.0)  # the strict gate's worst, over its draws
     return accepted(RecordIn(
         kernel=kernel, axes=dict(axes), work=work, device=out["device"],
         device_info=out.get("device_info"), torch_version=str(versions.get("torch", "")),
         triton_version=str(versions.get("triton", "")), source_hash=source_hash,
         config=dict(out["configs"][winner]), latency_median_us=value, latency_min_us=value,
         latency_max_us=value, latency_iqr_us=0.0, timing_method=out["timing_method"],
-        rel_error=float(out.get("gate_rel_error") or 0.0) if math.isfinite(
-            float(out.get("gate_rel_error") or 0.0)) else 0.0,
+        rel_error=err if math.isfinite(err) else 0.0,
         n_trials=len(timings), n_failed=n_failed, config_timings=kept, study_name=study_name,
         job_id=job_id, tuned_at=datetime.now(timezone.utc), origin=RecordOrigin.WORKER.value,
         winner_origin=WinnerOrigin.SEARCH.value if searched else WinnerOrigin.LIST.value,

@@ -218,7 +218,18 @@ def _timer(op: Callable[[], Any], on_gpu: bool) -> Callable[[], float]:
 
 def search_op(name: str, make: Callable[[int], Callable[[], list]], storage: str,
               on_gpu: bool) -> dict:
-    """One key: the list's pick, the search, the gate, the re-measure, the sweep (module doc)."""
+    """One key: the list's pick, the search, the gate, the re-measure, the sweep (module doc).
+    The library's autotuner is given back its list and cache whatever happens."""
+    restore: list[Callable[[], None]] = []
+    try:
+        return _search_op(name, make, storage, on_gpu, restore)
+    finally:
+        for undo in restore:
+            undo()
+
+
+def _search_op(name: str, make: Callable[[int], Callable[[], list]], storage: str,
+               on_gpu: bool, restore: list[Callable[[], None]]) -> dict:
     import torch
     import triton
 
@@ -243,7 +254,13 @@ def search_op(name: str, make: Callable[[int], Callable[[], list]], storage: str
     listed = [_config_dict(c) for c in listed_tc]
     hook = next((c.pre_hook for c in listed_tc if c.pre_hook is not None), None)
     picked = _config_dict(next(iter(tuner.cache.values())))
-    saved = (tuner.configs, dict(tuner.cache), tuner.early_config_prune, tuner.perf_model)
+    saved = (list(tuner.configs), dict(tuner.cache))
+
+    def undo() -> None:
+        tuner.configs = saved[0]
+        tuner.cache.clear()
+        tuner.cache.update(saved[1])
+    restore.append(undo)
     space = derived_configs(listed)
     choices = derived_choices(listed)
     timings: dict[str, float | None] = {}
@@ -360,9 +377,6 @@ def search_op(name: str, make: Callable[[int], Callable[[], list]], storage: str
                 if best_so_far <= sweep_best * 1.02:
                     reach = i
                     break
-    tuner.configs, tuner.early_config_prune, tuner.perf_model = saved[0], saved[2], saved[3]
-    tuner.cache.clear()
-    tuner.cache.update(saved[1])
     out.update({"verdict": verdict, "refused": refused,
                 "served": "search" if served != lb[0] else "list",
                 "served_config": found.configs[served],

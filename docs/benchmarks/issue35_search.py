@@ -295,6 +295,7 @@ def _search_op(name: str, make: Callable[[int], Callable[[], list]], storage: st
     timings: dict[str, float | None] = {}   # by candidate
     by_ran: dict[str, float | None] = {}    # by what the pruner made of it: timed once
     ran_as: dict[str, str] = {}
+    why: dict[str, str] = {}                # a failed candidate's error
     fresh_s: list[float] = []
 
     def use(cfg: dict) -> None:
@@ -331,7 +332,8 @@ def _search_op(name: str, make: Callable[[int], Callable[[], list]], storage: st
             timings[key] = None
             if ident is not None:
                 by_ran[ident] = None
-            raise ConfigFailed(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+            why[key] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            raise ConfigFailed(why[key]) from None
         timings[key] = by_ran[ident] = v
         return v
 
@@ -353,10 +355,7 @@ def _search_op(name: str, make: Callable[[int], Callable[[], list]], storage: st
     lb = found.listed_best
     if lb is None:
         out["error"] = "no listed config ran"
-        out["why"] = sorted({str(t.user_attrs.get("ks_failed"))[:160] for t in
-                             __import__("optuna").load_study(study_name=f"issue35/{name}",
-                                                             storage=storage).trials
-                             if t.user_attrs.get("ks_failed")})[:3]
+        out["why"] = sorted(set(why.values()))[:3]
         return out
     out["list_best_us"] = lb[1]
     first = listed[0]

@@ -72,8 +72,12 @@ SAMPLER = os.environ.get("KS35_SAMPLER", "tpe")
 # -- the libraries' ops: name -> make(seed) -> a call returning the op's output tensors -----------
 def gemlite_ops() -> dict[str, Callable[[int], Callable[[], list]]]:
     import torch
+    from gemlite import core
     from gemlite.helper import A16W4_HQQ_INT
 
+    # gemlite's pruner yields a config of its own cache, whatever it is given, for a shape the
+    # cache holds: emptied, the list (and each candidate) is what its pruner works on.
+    getattr(core, "GEMLITE_TRITON_CONFIG_CACHE", {}).clear()
     dev, dt = "cuda", torch.float16
     g = torch.Generator(device=dev).manual_seed(0)
     n_in, n_out, group = 4096, 4096, 128

@@ -76,8 +76,8 @@ def gemlite_ops() -> dict[str, Callable[[int], Callable[[], list]]]:
     from gemlite.helper import A16W4_HQQ_INT
 
     # gemlite's pruner yields a config of its own cache, whatever it is given, for a shape the
-    # cache holds: emptied, the list (and each candidate) is what its pruner works on.
-    getattr(core, "GEMLITE_TRITON_CONFIG_CACHE", {}).clear()
+    # cache holds: emptied before every call, the list (and each candidate) is what it works on.
+    cache = getattr(core, "GEMLITE_TRITON_CONFIG_CACHE", {})
     dev, dt = "cuda", torch.float16
     g = torch.Generator(device=dev).manual_seed(0)
     n_in, n_out, group = 4096, 4096, 128
@@ -92,6 +92,7 @@ def gemlite_ops() -> dict[str, Callable[[int], Callable[[], list]]]:
                             generator=torch.Generator(device=dev).manual_seed(seed))
 
             def op() -> list:
+                cache.clear()
                 with torch.no_grad():
                     return [layer(x)]
             return op

@@ -3,6 +3,8 @@
 record; a record can be withdrawn through the API and the CLI. Both backends."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import copy
 import dataclasses
 import json
@@ -150,7 +152,7 @@ def test_a_good_record_is_accepted_by_the_route_and_by_import(writer: TestClient
 
 def test_an_upload_is_marked_and_never_outranks_a_worker_record(writer: TestClient,
                                                                 store: Store) -> None:
-    worker, _ = store.upsert_best(record(KA, AXES, 20.0))
+    worker, _ = store.upsert_best(trusted(record(KA, AXES, 20.0)))
     assert worker.origin == "worker"
     body = good_body(5.0)
     body.update(origin="worker", uploaded_by="root", uploaded_from="laptop-7")  # claims ignored
@@ -171,15 +173,15 @@ def test_uploads_compete_among_themselves_and_a_worker_record_replaces_them(clie
     faster = client.post("/v1/records", json=good_body(8.0)).json()
     assert faster["is_current"] is True
     # A worker's measurement, slower than the upload, is served in its place.
-    view, improved = store.upsert_best(record(KA, AXES, 12.0))
+    view, improved = store.upsert_best(trusted(record(KA, AXES, 12.0)))
     assert improved and view.is_current
     assert _best(client).json()["latency_us"] == 12.0
 
 
 def test_withdraw_through_the_route_serves_the_history_then_nothing(writer: TestClient,
                                                                     store: Store) -> None:
-    old, _ = store.upsert_best(record(KA, AXES, 20.0))
-    new, _ = store.upsert_best(record(KA, AXES, 10.0, study_name="second"))
+    old, _ = store.upsert_best(trusted(record(KA, AXES, 20.0)))
+    new, _ = store.upsert_best(trusted(record(KA, AXES, 10.0, study_name="second")))
     assert _best(writer).json()["latency_us"] == 10.0  # cached now
     assert writer.delete(f"/v1/records/{new.id}").status_code == 401
     res = writer.delete(f"/v1/records/{new.id}", headers=AUTH)
@@ -195,8 +197,8 @@ def test_withdraw_through_the_route_serves_the_history_then_nothing(writer: Test
 
 
 def test_records_delete_cli(store: Store) -> None:
-    old, _ = store.upsert_best(record(KA, AXES, 20.0))
-    new, _ = store.upsert_best(record(KA, AXES, 10.0, study_name="second"))
+    old, _ = store.upsert_best(trusted(record(KA, AXES, 20.0)))
+    new, _ = store.upsert_best(trusted(record(KA, AXES, 10.0, study_name="second")))
     res = runner.invoke(cli_app, ["records", "delete", "--url", store.url, str(new.id)])
     assert res.exit_code == 0, res.output
     assert f"withdrawn: {new.id}" in res.stdout and f"now current: {old.id}" in res.stdout

@@ -188,12 +188,12 @@ class RecordRepo(RepoBase):
         see `rank`: an upload never replaces another origin's record, otherwise a strictly faster
         median wins; or the first for its key). Otherwise it is kept as history only. Storing the
         identical record again changes nothing and returns (existing, False)."""
-        rec = validated_record(accepted_value(rec, "rec", RecordIn))
+        plain = validated_record(accepted_value(rec, "rec", RecordIn))
 
         def tx(s: Session) -> tuple[RecordView, bool]:
             self._lock_counter(s, "records")
-            rid, improved, _, new = self._upsert_locked(s, rec)
-            self._add_trials_locked(s, rec)
+            rid, improved, _, new = self._upsert_locked(s, plain)
+            self._add_trials_locked(s, plain)
             if new:
                 self._bump(s, "records")
             return self._load_record(s, rid), improved

@@ -232,7 +232,7 @@ def test_the_gate_skips_what_the_declaration_cannot_answer() -> None:
     nobytes = dataclasses.replace(k, name="ks_test_no_bytes", bytes_moved=None)  # type: ignore[arg-type]
     kernels.register(nobytes)
     try:
-        assert accepted(dataclasses.replace(rec, kernel=nobytes.name)).latency_min_us == rec.latency_min_us
+        assert accepted(dataclasses.replace(rec, kernel=nobytes.name)).value.latency_min_us == rec.latency_min_us
         with pytest.raises(RecordRejected) as e:
             accepted(dataclasses.replace(rec, kernel=nobytes.name, device=H200))
         assert e.value.field == "latency_min_us" and "launch" in e.value.reason
@@ -245,7 +245,7 @@ def test_the_gate_skips_what_the_declaration_cannot_answer() -> None:
     fast = record(KB, {"seq_len": 2851}, 0.5)
     with pytest.raises(RecordRejected):
         accepted(fast)
-    assert accepted(dataclasses.replace(fast, device="Some Future GPU")).device == "Some Future GPU"
+    assert accepted(dataclasses.replace(fast, device="Some Future GPU")).value.device == "Some Future GPU"
 
 
 def test_upload_of_the_shared_record_goes_through_the_gate(monkeypatch) -> None:
@@ -276,7 +276,7 @@ def test_the_tuner_record_goes_through_the_gate() -> None:
 
     ok = best_record(best(1e-7), runner_, job_id=None, reference="none",  # type: ignore[arg-type]
                      copy_bandwidth=None, measure_n=1)
-    assert ok.config == cfg and ok.origin == "worker"
+    assert ok.value.config == cfg and ok.value.origin == "worker"
     with pytest.raises(RecordRejected) as e:
         best_record(best(0.5), runner_, job_id=None, reference="none",  # type: ignore[arg-type]
                     copy_bandwidth=None, measure_n=1)

@@ -77,6 +77,8 @@ GPU_LAUNCH_FLOOR_US = 0.25
 MIN_LATENCY_US = 1e-3
 # The winner's timing in config_timings is the record's median, to this relative tolerance.
 TIMING_RTOL = 0.01
+# A record's `work` is its kernel's (KernelDef.work), to this relative tolerance (JSON round trips).
+WORK_RTOL = 1e-9
 # Derived figures: a roofline past 150 % or a speedup past 10^4 is a bad measurement or a lie.
 MAX_ROOFLINE_PCT = 150.0
 MAX_SPEEDUP = 1e4
@@ -163,6 +165,16 @@ def _bytes_moved(k: KernelDef, axes: dict[str, Any]) -> float | None:
     except Exception:  # noqa: BLE001 - a user's declaration may raise anything
         return None
     return moved if math.isfinite(moved) and moved > 0 else None
+
+
+def _work(k: KernelDef, axes: dict[str, Any]) -> float | None:
+    """The case's `work` as the kernel defines it (search_space.records.measured_record stores
+    it), or None where its declaration cannot say: the check is then skipped."""
+    try:
+        w = float(k.work(axes))
+    except Exception:  # noqa: BLE001 - a user's declaration may raise anything
+        return None
+    return w if math.isfinite(w) and w > 0 else None
 
 
 def _tolerance(k: KernelDef, axes: dict[str, Any]) -> float | None:
@@ -299,6 +311,10 @@ def _check_physics(k: KernelDef, rec: RecordIn) -> None:
                                        f"({ref / rec.latency_median_us:.4g})")
     if not (math.isfinite(rec.work) and rec.work > 0):
         raise RecordRejected("work", f"expected a finite number > 0, got {rec.work!r}")
+    want = _work(k, rec.axes)
+    if want is not None and not math.isclose(rec.work, want, rel_tol=WORK_RTOL):
+        raise RecordRejected("work", f"{rec.work:g} is not the kernel's size of this case ({want:g}, "
+                                     f"KernelDef.work: what \"nearest\" ranks cases by)")
 
 
 def _check_time(rec: RecordIn, now: datetime) -> None:

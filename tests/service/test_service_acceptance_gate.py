@@ -77,6 +77,8 @@ BAD = [
     ("speedup-not-the-ratio", lambda d: d.update(eager_latency_us=100.0, speedup_eager=50.0),
      "speedup_eager"),
     ("work-zero", _set("work", 0.0), "work"),
+    # One `work` (KernelDef.work): a record claiming another size would rank cases differently.
+    ("work-not-the-kernels", lambda d: d.update(work=d["work"] * 2), "work"),
     ("tuned-before-era", _set("tuned_at", "1999-01-01T00:00:00+00:00"), "tuned_at"),
     ("tuned-in-future", _set("tuned_at", "2999-01-01T00:00:00+00:00"), "tuned_at"),
     ("tuned-at-overflow-low", _set("tuned_at", "0001-01-01T00:00:00+23:59"), "tuned_at"),

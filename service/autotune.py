@@ -41,14 +41,14 @@ from triton.runtime.autotuner import Config
 from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 
 from kernelsearch.kernels.configs import (LAUNCH_DEFAULTS, LAUNCH_OPTIONS, canonical,
-                                          canonical_key, to_triton_config)
+                                          canonical_key, covers, to_triton_config)
 from kernelsearch.kernels.resolve import Found, Key, Match, Near, Resolver, SourceUnavailable
 from kernelsearch.kernels.spec import (Axis, Case, KernelDef, configs_rule, params_from_configs,
                                        source_hash_of)
 from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.runtime import runtime_of
 from kernelsearch.kernels.undeclared import (DTYPE_AXIS_SUFFIX, Definition, UndeclaredKernel,
-                                             dtype_axis, kernel_def, tensor_args, work_of,
+                                             dtype_axis, kernel_def, tensor_args,
                                              written_mismatches)
 
 from . import guard
@@ -362,10 +362,11 @@ class Backends:
         from kernelsearch.search_space.acceptance import RecordRejected, accepted, as_upload
 
         try:
-            record = accepted(as_upload(record, by=None, host=socket.gethostname()))
+            gated = accepted(as_upload(record, by=None, host=socket.gethostname()))
         except RecordRejected as exc:
             log.warning("the config tuned here for %s is not shared: %s", record.kernel, exc)
             return False
+        record = gated.value
         self._ensure()
         if self._service_up():
             try:
@@ -381,7 +382,7 @@ class Backends:
                 if definition is not None:
                     self._store.save_definition(record.kernel, dict(definition))  # type: ignore[attr-defined]
                 self._store.ensure_device(record.device_info or {"name": record.device})
-                self._store.upsert_best(record)
+                self._store.upsert_best(gated)
                 return True
             except Exception as exc:
                 log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
@@ -430,7 +431,7 @@ def serves_list(found: Found, und: UndeclaredKernel, configs: Sequence[Config]) 
     tuned on this code, with a timing for every listed config."""
     if found.source_hash not in (None, und.definition.source_hash):
         return False
-    return bool(found.timings) and {canonical_key(c) for c in configs} <= set(found.timings or ())
+    return covers(found.timings, found.config, configs)
 
 
 class SourceIdentityError(Exception):
@@ -868,11 +869,9 @@ class Autotuner(TritonAutotuner):
         by_key = {canonical_key(c): c for c in pruned}
         stored = {k: (math.inf if v is None else float(v))
                   for k, v in (found.timings or {}).items() if k in by_key}
-        winner = canonical_key(found.config)
         # A winner from `search_space` (a worker searched beyond the list) is served too, once
         # the record measured the whole list.
-        beyond = {canonical_key(c) for c in self.search_space}
-        if (winner in by_key or winner in beyond) and len(stored) == len(by_key):
+        if covers(found.timings, found.config, pruned, self.search_space):
             return res
         if not stored:
             return None  # a record of another config list: not this one's
@@ -1270,19 +1269,17 @@ def _tensors(call: tuple[tuple, dict]) -> list[Any]:
 def _undeclared_record(und: UndeclaredKernel, case: Key, config: Config,
                        timings: Mapping[Config, Any], rel_error: float, args: tuple) -> Any:
     """The record of a config tuned here: the winner's timing and every config's median."""
-    from kernelsearch.db.views import RecordIn
     from kernelsearch.kernels.device import device_info, versions
+    from kernelsearch.search_space.records import measured_record
 
     q = {c: _quantiles(t) for c, t in timings.items()}
     med, p20, p80 = q[config]
     device = next((a.device for a in args if hasattr(a, "device")), None)
     v = versions()
     interp = os.environ.get("TRITON_INTERPRET") == "1"
-    return RecordIn(
-        kernel=und.name, axes=case.axes_dict, work=float(work_of(case.axes_dict)),
-        device=case.device, device_info=device_info(device), torch_version=v["torch"],
-        triton_version=v["triton"], source_hash=und.definition.source_hash,
-        config=canonical(config), latency_median_us=med * 1e3,
+    return measured_record(
+        und, case.axes_dict, case.device, device_info=device_info(device), torch_version=v["torch"],
+        triton_version=v["triton"], config=canonical(config), latency_median_us=med * 1e3,
         latency_min_us=builtins.min(med, p20) * 1e3, latency_max_us=builtins.max(med, p80) * 1e3,
         latency_iqr_us=abs(p80 - p20) * 1e3,
         timing_method="interpreter-wallclock" if interp else "triton-do-bench",
@@ -1410,14 +1407,13 @@ class DecoratedKernel(KernelDef):
     def record_of(self, case: Key, config: Mapping[str, Any], timing: Any, checked: Any,
                   n_trials: int, device: Any) -> Any:
         """A record of a config tuned in a user's process: gated and timed as a worker's."""
-        from kernelsearch.db.store import RecordIn
         from kernelsearch.kernels.device import device_info, versions
+        from kernelsearch.search_space.records import measured_record
 
         v = versions()
-        return RecordIn(
-            kernel=self.name, axes=case.axes_dict, work=float(self.bytes_moved(case.axes_dict)),
-            device=case.device, device_info=device_info(device), torch_version=v["torch"],
-            triton_version=v["triton"], source_hash=self.source_hash, config=dict(config),
+        return measured_record(
+            self, case.axes_dict, case.device, device_info=device_info(device),
+            torch_version=v["torch"], triton_version=v["triton"], config=config,
             latency_median_us=timing.median_us, latency_min_us=timing.min_us,
             latency_max_us=timing.max_us, latency_iqr_us=timing.iqr_us,
             timing_method=timing.method, rel_error=checked.max_error, n_trials=n_trials,

@@ -5,6 +5,8 @@ fresh process is then served without a benchmark. A module no worker can import 
 naming the module and the fix."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import json
 
 import pytest
@@ -91,10 +93,10 @@ def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_s
 
         beyond = next(json.loads(k) for k in rec.config_timings if json.loads(k)["BLOCK"] == 256)
         fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
-        sqlite_store.upsert_best(RecordIn(**{
+        sqlite_store.upsert_best(trusted(RecordIn(**{
             **fields, "config": beyond, "latency_median_us": rec.latency_median_us / 2,
             "latency_min_us": rec.latency_min_us / 2, "latency_max_us": rec.latency_median_us / 2,
-            "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2}}))
+            "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2}})))
         served = _user(200, "float32", env)
         assert served == {"sources": ["service"], "benched": 0, "best": 256}
 

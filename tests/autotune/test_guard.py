@@ -6,6 +6,8 @@ list is served as the record's (nothing measured, nothing uploaded), and the sha
 after the call returns."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import json
 import logging
 import threading
@@ -162,9 +164,9 @@ def test_sources_name_what_ran(sqlite_store, monkeypatch) -> None:
     outside = {**rec.config, "BLOCK": 256}
     timings = {k: (5.0 if json.loads(k)["BLOCK"] == 32 else 9.0) for k in rec.config_timings}
     fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
-    sqlite_store.upsert_best(RecordIn(**{
+    sqlite_store.upsert_best(trusted(RecordIn(**{
         **fields, "config": outside, "config_timings": {**timings, config_key(outside): 1.0},
-        "latency_median_us": 1.0, "latency_min_us": 1.0, "latency_max_us": 1.0}))
+        "latency_median_us": 1.0, "latency_min_us": 1.0, "latency_max_us": 1.0})))
     uploads: list[object] = []
     monkeypatch.setattr(at.Backends, "upload", lambda self, *a, **k: uploads.append(a))
     u.scale_kernel.forget()

@@ -4,6 +4,8 @@ first config, and served to a fresh process with no benchmark; a grown config li
 what is new; Triton's autotuner behaviours hold (hooks, pruning, one cache entry per key)."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import subprocess
 import sys
 
@@ -107,9 +109,9 @@ def test_a_record_of_other_code_or_another_config_list_is_not_served(sqlite_stor
     from kernelsearch.db.views import RecordIn
 
     fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
-    sqlite_store.upsert_best(RecordIn(**{**fields, "source_hash": "0" * 16,
+    sqlite_store.upsert_best(trusted(RecordIn(**{**fields, "source_hash": "0" * 16,
                                          "latency_median_us": rec.latency_median_us / 2,
-                                         "latency_min_us": rec.latency_min_us / 2}))
+                                         "latency_min_us": rec.latency_min_us / 2})))
     u.scale_kernel.forget()
     at.BACKENDS.reset()
     u.BENCHED.clear()

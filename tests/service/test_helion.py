@@ -3,6 +3,8 @@ local store, a service that is down or never answers, the acceptance gate, the d
 Helion's own RemoteAutotuneCache tuning a real Helion kernel on the CPU through it."""
 from __future__ import annotations
 
+from trusted_records import trusted_entry
+
 import hashlib
 import json
 import socket
@@ -157,7 +159,7 @@ def test_the_key_is_the_hash_of_the_entrys_own_key_fields_as_helion_computes_it(
         key, fields = helion_key(key_type, **kw)
         data = _entry_text(fields, config, key_type.__name__)
         assert helion_entry_key(data) == key, (key_type, kw)
-        assert accepted_helion(key, data).cache_key == key
+        assert accepted_helion(key, data).value.cache_key == key
     other, _ = entry(128)
     key, fields = helion_key()
     for bad_key, bad_fields, field in (
@@ -252,7 +254,8 @@ def test_the_backend_loads_only_an_entry_of_the_key_it_asked_for(sqlite_store: S
 
     (k1, d1), (k2, d2) = entry(64), entry(128)
     sqlite_store.put_helion_entry(accepted_helion(k1, d1))
-    sqlite_store.put_helion_entry(dataclasses.replace(accepted_helion(k2, d2), cache_key=entry(32)[0]))
+    sqlite_store.put_helion_entry(trusted_entry(dataclasses.replace(accepted_helion(k2, d2).value,
+                                                                   cache_key=entry(32)[0])))
     monkeypatch.delenv("KS_SERVICE_URL", raising=False)
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
     monkeypatch.setenv("KS_HELION_TIMEOUT_S", "30")

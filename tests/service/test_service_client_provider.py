@@ -2,6 +2,8 @@
 with it gone."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import time
 from collections.abc import Iterator
 
@@ -40,8 +42,8 @@ def _config(resolver: Resolver, axes, device=H200):
 
 @pytest.fixture
 def server(sqlite_store: Store) -> Iterator[LiveServer]:
-    sqlite_store.upsert_best(record(KB, {"seq_len": 128}, 20.0, config={"ROWS": 2}))
-    sqlite_store.upsert_best(record(KB, {"seq_len": 4096}, 300.0, config={"ROWS": 8}))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 128}, 20.0, config={"ROWS": 2})))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 4096}, 300.0, config={"ROWS": 8})))
     app = create_app(settings_for(sqlite_store.url, api_token="tok", max_queued_jobs=2),
                      store=sqlite_store)
     with LiveServer(app) as s:
@@ -109,7 +111,7 @@ def test_service_source_answers_and_survives_an_outage(server: LiveServer) -> No
 
 
 def test_store_source(sqlite_store: Store) -> None:
-    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4}))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4})))
     p = Resolver([StoreSource(sqlite_store)])
     assert _config(p, {"seq_len": 64}) == {"ROWS": 4}
     got = p.resolve(Key.of(KB, {"seq_len": 70}, H200), near=_near({"seq_len": 70}))
@@ -131,7 +133,7 @@ def test_the_store_answers_before_the_service(tmp_path, server: LiveServer) -> N
     url = f"sqlite:///{tmp_path / 'local.db'}"
     upgrade(url)
     local = Store(url)
-    local.upsert_best(record(KB, {"seq_len": 128}, 9.0, config={"ROWS": 16}))
+    local.upsert_best(trusted(record(KB, {"seq_len": 128}, 9.0, config={"ROWS": 16})))
     p = Resolver([StoreSource(local), ServiceSource(Client(server.url, timeout=10))])
     try:
         got = p.resolve(Key.of(KB, {"seq_len": 128}, H200), near=_near({"seq_len": 128}))
@@ -147,7 +149,7 @@ def test_the_store_answers_before_the_service(tmp_path, server: LiveServer) -> N
 def test_a_store_blip_on_the_get_kernel_path_is_not_cached_as_a_miss(sqlite_store: Store) -> None:
     """kernelsearch.get_kernel(...)(...) asks kernels.provider.lookup: a transient store error
     answers the default once, and the next call finds the record."""
-    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4}))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4})))
 
     class Blip:
         def __init__(self, store: Store) -> None:
@@ -172,7 +174,7 @@ def test_a_nearest_record_is_served_as_it_is_stored(sqlite_store: Store) -> None
     """Another shape gets the nearest record's config unchanged: from the store, from the service
     and from what the service taught while it is down."""
     cfg = {"ROWS": 1, "TRIG": "precise"}
-    sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=cfg))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 256}, 5.0, config=cfg)))
     local = Resolver([StoreSource(sqlite_store)])
     assert _config(local, {"seq_len": 256}) == cfg
     assert _config(local, {"seq_len": 3000}) == cfg
@@ -197,8 +199,8 @@ def test_kernel_call_never_fails_with_the_service_down(sqlite_url: str) -> None:
 
     upgrade(sqlite_url)
     local = Store(sqlite_url)
-    local.upsert_best(record(KB, {"seq_len": 2}, 9.0, device=INTERPRETER_DEVICE,
-                             config={"ROWS": 2, "HEADS": 8}))
+    local.upsert_best(trusted(record(KB, {"seq_len": 2}, 9.0, device=INTERPRETER_DEVICE,
+                             config={"ROWS": 2, "HEADS": 8})))
     settings = settings_for(sqlite_url, service_url=f"http://127.0.0.1:{free_port()}",
                             provider_timeout_s=0.3)
     p = install_default_provider(settings)
@@ -229,8 +231,8 @@ def test_which_config_says_what_a_get_kernel_call_runs(sqlite_store: Store) -> N
     kprovider.set_resolver(Resolver([StoreSource(sqlite_store)]))
     try:
         assert kdef.which_config({"seq_len": 64}, "cpu") == (kdef.default_config, "default")
-        sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, device=INTERPRETER_DEVICE,
-                                        config={**kdef.default_config, "ROWS": 2, "HEADS": 8}))
+        sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 9.0, device=INTERPRETER_DEVICE,
+                                        config={**kdef.default_config, "ROWS": 2, "HEADS": 8})))
         kprovider.clear_cache()
         config, source = kdef.which_config({"seq_len": 64}, "cpu")
         assert source == "record" and (config["ROWS"], config["HEADS"]) == (2, 8)

@@ -27,7 +27,7 @@ from kernelsearch.db.store import Store  # noqa: E402
 from kernelsearch.helion import CONNECTION, KernelsearchBackend  # noqa: E402
 from kernelsearch.search_space.acceptance import HELION_CHECK_UNREPORTED, HELION_CHECKED  # noqa: E402
 from kernelsearch.service.api import create_app  # noqa: E402
-from kernelsearch.service.client import Client, InvalidRequest, Unauthorized  # noqa: E402
+from kernelsearch.rest_client import Client, InvalidRequest, Unauthorized  # noqa: E402
 
 TOKEN = "tok"
 

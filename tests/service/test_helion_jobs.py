@@ -26,7 +26,7 @@ from kernelsearch.db.store import Store  # noqa: E402
 from kernelsearch.helion import CONNECTION  # noqa: E402
 from kernelsearch.search_space.acceptance import HELION_CHECKED  # noqa: E402
 from kernelsearch.service.api import create_app  # noqa: E402
-from kernelsearch.service.client import Client, InvalidRequest  # noqa: E402
+from kernelsearch.rest_client import Client, InvalidRequest  # noqa: E402
 from kernelsearch.service.helion_jobs import parse_job  # noqa: E402
 from kernelsearch.service.worker import Worker  # noqa: E402
 

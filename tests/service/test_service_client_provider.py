@@ -14,11 +14,12 @@ from kernelsearch.db.store import Store
 from kernelsearch.kernels import provider as kprovider
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.service.api import create_app
-from kernelsearch.service.client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
+from kernelsearch.rest_client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
                             TooManyRequests, Unauthorized)
 from kernelsearch.kernels.resolve import Key, Match, Resolver, SourceUnavailable
-from kernelsearch.service.provider import install_default_provider
-from kernelsearch.service.sources import ServiceSource, StoreSource
+from kernelsearch.provider import install_default_provider
+from kernelsearch.service.sources import StoreSource
+from kernelsearch.sources import ServiceSource
 
 
 @pytest.fixture(autouse=True)

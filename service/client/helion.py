@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from helion.autotuner.remote_cache import RemoteCacheBackend
 
-from kernelsearch.service import guard
+from . import guard
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,13 +69,13 @@ class _Connection:
                 self.store.close()
             self.timeout_s, self.retry_s, self.down_until = st.helion_timeout_s, st.autotune_retry_s, 0.0
             if st.service_url:
-                from kernelsearch.service.client import Client
+                from kernelsearch.rest_client import Client
 
                 # The caller waits helion_timeout_s; a request left behind (a put) may finish later.
                 self.client = Client(st.service_url, token=token, timeout=max(st.helion_timeout_s, LEFT_BEHIND_S))
                 self.store = None
             else:
-                from kernelsearch.service.sources import local_store
+                from kernelsearch.sources import local_store
 
                 self.client, self.store = None, local_store(st)
             self._made_for = sig
@@ -117,7 +117,7 @@ class _Connection:
             return value
         from kernelsearch.db.errors import Conflict
         from kernelsearch.search_space.acceptance import RecordRejected
-        from kernelsearch.service.client import ClientError
+        from kernelsearch.rest_client import ClientError
 
         # The local store's Conflict: a worker's entry under the key, which an upload never replaces.
         if isinstance(value, (RecordRejected, Conflict)) or (isinstance(value, ClientError) and 0 < value.status < 500):

@@ -7,7 +7,7 @@ import logging
 from kernelsearch.kernels.provider import set_resolver
 from kernelsearch.kernels.resolve import Resolver
 
-from .settings import ClientSettings
+from kernelsearch.service.settings import ClientSettings
 from .sources import client_resolver
 
 log = logging.getLogger(__name__)

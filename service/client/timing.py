@@ -1,0 +1,27 @@
+"""Timings as the decorator reads them: a wall-clock benchmark for the interpreter (no GPU
+benchmarker there) and a benchmark answer as [median, p20, p80] in ms."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+
+def quantiles(t: Any) -> list[float]:
+    """A do_bench answer as [median, p20, p80] in ms (a user's do_bench may give one number)."""
+    if isinstance(t, (int, float)):
+        return [float(t)] * 3
+    vals = [float(x) for x in t]
+    return (vals + [vals[0]] * 3)[:3]
+
+
+def wallclock_bench(kernel_call: Callable[[], Any], quantiles: Sequence[float] = (0.5, 0.2, 0.8),
+                     n: int = 3) -> list[float]:
+    kernel_call()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        kernel_call()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    s = sorted(samples)
+    return [statistics.median(s), s[0], s[-1]][:len(quantiles)]

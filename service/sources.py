@@ -7,7 +7,7 @@ server's other modules: the store's protocol and the resolver's types only.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kernelsearch.kernels.resolve import Found, Key, Match, Near, SourceUnavailable
 
@@ -15,11 +15,6 @@ if TYPE_CHECKING:
     from kernelsearch.db.interfaces import RecordRepository
 
 log = logging.getLogger(__name__)
-
-
-def timings_of(rec: Any) -> dict[str, Any] | None:
-    got = rec.get("config_timings") if isinstance(rec, Mapping) else getattr(rec, "config_timings", None)
-    return dict(got) if isinstance(got, Mapping) else None
 
 
 class StoreSource:
@@ -44,7 +39,7 @@ class StoreSource:
         record, match = got
         exact = match == Match.EXACT.value
         return Found(dict(record.config), Match.EXACT if exact else Match.NEAREST, self.name,
-                     record.source_hash, timings_of(record), dict(record.axes),
+                     record.source_hash, record.config_timings, dict(record.axes),
                      0.0 if exact or near is None else near(dict(record.axes)), record)
 
     def known(self, key: Key, near: Near | None) -> Found | None:

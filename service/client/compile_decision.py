@@ -105,7 +105,7 @@ def served_for_compile(tuner: Any, ints: tuple, tensors: tuple, nones: tuple) ->
     case = tuner.case_key(named)
     if case is None:
         return -1
-    found = BACKENDS.lookup_bounded(case, opts)
+    found = BACKENDS.lookup_bounded(case, opts.timeout_s)
     res = tuner._resolution_of(found, opts)
     if res is None or res.provisional or found is None:
         return -1

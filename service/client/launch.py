@@ -5,7 +5,7 @@ user's hooks, reset_to_zero around the launch): a config forced on every call of
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.autotuner import Config
@@ -20,49 +20,58 @@ class Captured(Exception):
 
 
 
-def launch_alone(tuner: TritonAutotuner, config: Config, args: tuple, kwargs: dict) -> Any:
-    """One launch of `config` as Triton's benchmark runs a candidate (the config's and the
-    user's hooks, reset_to_zero), touching no state the autotuner shares with calls on other
-    threads (its `nargs`, its restore copies): the share check runs in the background."""
+def hooked_launch(tuner: Any, config: Config, args: tuple, kwargs: dict,
+                  pre: Callable[..., Any], post: Callable[..., Any]) -> Any:
+    """One launch of `config` between hooks, as Triton's benchmark runs a candidate: the
+    config's pre_hook, then `pre`, the launch, and `post` (told the launch's exception)."""
     current = dict(kwargs, **config.all_kwargs())
     full = {**dict(zip(tuner.arg_names, args)), **current}
     if config.pre_hook:
         config.pre_hook(full)
-    if tuner.user_defined_pre_hook:
-        tuner.pre_hook(full)
-    for name in tuner.reset_to_zero:
-        if full.get(name) is not None:
-            full[name].zero_()
-    ret = tuner.fn.run(*args, **current)
-    if tuner.user_defined_post_hook:
-        tuner.post_hook(full, exception=None)
+    pre(full)
+    try:
+        ret = tuner.fn.run(*args, **current)
+    except Exception as exc:
+        post(full, exception=exc)
+        raise
+    post(full, exception=None)
     return ret
 
 
+def launch_alone(tuner: TritonAutotuner, config: Config, args: tuple, kwargs: dict) -> Any:
+    """`hooked_launch` with the user's hooks and reset_to_zero, touching no state the autotuner
+    shares with calls on other threads (its `nargs`, its restore copies): the share check runs
+    in the background."""
+    def pre(full: dict[str, Any]) -> None:
+        if tuner.user_defined_pre_hook:
+            tuner.pre_hook(full)
+        for name in tuner.reset_to_zero:
+            if full.get(name) is not None:
+                full[name].zero_()
+
+    def post(full: dict[str, Any], exception: BaseException | None) -> None:
+        if tuner.user_defined_post_hook:
+            tuner.post_hook(full, exception=exception)
+
+    return hooked_launch(tuner, config, args, kwargs, pre, post)
+
+
 def run_forced(tuner: Any, config: Config | object, args: tuple, kwargs: dict) -> Any:
+    """A call under `Autotuner.using`: `hooked_launch` with the autotuner's own hooks (its
+    reset_to_zero and restore_value); a captured "config" stops at the launch instead."""
     if config is CAPTURE:
         raise Captured({**dict(zip(tuner.arg_names, args)), **kwargs})
     if not isinstance(config, Config):
         raise TypeError(f"a forced launch needs a triton.Config, got {type(config).__name__}")
     outer = getattr(tuner, "nargs", None)  # a forced launch may run inside a call's resolution
     tuner.nargs = dict(zip(tuner.arg_names, args))
-    current = dict(kwargs, **config.all_kwargs())
-    full = {**tuner.nargs, **current}
     try:
-        if config.pre_hook:
-            config.pre_hook(full)
-        tuner.pre_hook(full)
-        try:
-            ret = tuner.fn.run(*args, **current)
-        except Exception as exc:
-            tuner.post_hook(full, exception=exc)
-            raise
-        tuner.post_hook(full, exception=None)
+        ret = hooked_launch(tuner, config, args, kwargs, tuner.pre_hook, tuner.post_hook)
         tuner.best_config = config
         tuner.last_launch = ret
         return ret
     finally:
-        tuner.nargs = outer  # type: ignore[assignment]  # None outside a call, as Triton keeps it
+        tuner.nargs = outer  # None outside a call, as Triton keeps it
 
 
 class Using:

@@ -7,16 +7,21 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from kernelsearch.kernels.resolve import Found, Key, Match, Near, Resolver, SourceUnavailable, nearest_of
+from kernelsearch.kernels.resolve import Found, Key, Match, Near, SourceUnavailable, nearest_of
 from kernelsearch.service.settings import ClientSettings
-from kernelsearch.service.sources import StoreSource, timings_of
 
 from .rest_client import Client, ClientError
 
 if TYPE_CHECKING:
-    from kernelsearch.db.interfaces import RecordRepository
+    from kernelsearch.db.interfaces import ServiceStore
 
 log = logging.getLogger(__name__)
+
+
+def _timings(rec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A service record's `config_timings` (JSON: an object, or absent)."""
+    got = rec.get("config_timings")
+    return dict(got) if isinstance(got, Mapping) else None
 
 
 class ServiceSource:
@@ -67,7 +72,7 @@ class ServiceSource:
                     tuple(sorted(case.items()))] = dict(rec)
 
     def _found(self, key: Key, rec: Mapping[str, Any], match: Match, distance: float) -> Found:
-        return Found(dict(rec["config"]), match, self.name, rec.get("source_hash"), timings_of(rec),
+        return Found(dict(rec["config"]), match, self.name, rec.get("source_hash"), _timings(rec),
                      dict(rec.get("case") or key.axes_dict), distance, rec)
 
     def get(self, key: Key, near: Near | None, fresh: bool) -> Found | None:
@@ -97,7 +102,7 @@ class ServiceSource:
                            dist)
 
 
-def local_store(settings: ClientSettings) -> RecordRepository | None:
+def local_store(settings: ClientSettings) -> ServiceStore | None:
     """A Store on the configured database, or None when it would only create an empty file."""
     url = settings.database_url
     if url.startswith("sqlite"):
@@ -122,15 +127,3 @@ def service_client(settings: ClientSettings, timeout: float | None = None) -> Cl
     token = settings.api_token.get_secret_value() if settings.api_token else None
     return Client(settings.service_url, token=token,
                   timeout=settings.provider_timeout_s if timeout is None else timeout)
-
-
-def client_resolver(settings: ClientSettings, retry_s: float | None = None) -> Resolver:
-    """The resolver of a user's program: the local store, then the service (either may be off)."""
-    sources: list[Any] = []
-    store = local_store(settings)
-    if store is not None:
-        sources.append(StoreSource(store))
-    client = service_client(settings)
-    if client is not None:
-        sources.append(ServiceSource(client))
-    return Resolver(sources, retry_s=settings.autotune_retry_s if retry_s is None else retry_s)

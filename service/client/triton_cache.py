@@ -121,7 +121,7 @@ def served_entry(call: _Call) -> str | None:
     key = undeclared_key(und, call.named)
     if key is None:
         return None
-    found = BACKENDS.lookup_bounded(key, Options.from_env())
+    found = BACKENDS.lookup_bounded(key, Options.from_env().timeout_s)
     if found is None or not found.timings:
         return None
     if not serves_list(found, und, call.configs):

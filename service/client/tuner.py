@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Mapping, Sequence
 
 from triton.compiler.errors import CompilationError
@@ -308,32 +307,27 @@ class Autotuner(TritonAutotuner):
                       if capture is not None and self.undeclared else None)
 
         def task() -> Found | None:
-            found = BACKENDS.lookup(case, opts, near=near)
+            found = BACKENDS.lookup(case, near=near)
             if submit and (found is None or found.match is not Match.EXACT):
                 guard.guarded(case.kernel, "queuing a tuning job",
-                              lambda: BACKENDS.submit_once(case, n_trials, opts, capture=capture,
+                              lambda: BACKENDS.submit_once(case, n_trials, capture=capture,
                                                            definition=definition), None)
             return found
 
         # A lookup that may queue a job is waited for at exit: a short script's miss still
         # queues its tuning.
-        fut = BACKENDS.in_background(task) if submit else in_daemon_thread(task)
-        wait = 0.0 if time.monotonic() < BACKENDS.slow_until else opts.timeout_s
-        try:
-            found = fut.result(timeout=wait)
-        except FutureTimeout:
-            if wait > 0:
-                BACKENDS.slow_until = time.monotonic() + opts.retry_s
-            self._tell("slow", logging.INFO, "%s: the lookup for key %s did not answer within "
-                       "KS_AUTOTUNE_TIMEOUT_S=%g s", self._name(), key, opts.timeout_s)
-            # Too slow for this call: whatever it finds later is adopted by a later call (unless
-            # keys are pinned to their first answer: KS_AUTOTUNE_RECHECK_S=0, or ranks that
-            # follow rank 0's broadcast).
-            synced = opts.sync is Sync.BROADCAST and _distributed() is not None
-            if opts.recheck_s > 0 and not synced:
-                fut.add_done_callback(lambda f: self._adopt(key, f, opts))
-            return None
-        return self._resolution_of(found, opts, ran)
+        fut = BACKENDS.bounded(task, opts.timeout_s, keep=submit)
+        if fut.done():
+            return self._resolution_of(fut.result(), opts, ran)
+        self._tell("slow", logging.INFO, "%s: the lookup for key %s did not answer within "
+                   "KS_AUTOTUNE_TIMEOUT_S=%g s", self._name(), key, opts.timeout_s)
+        # Too slow for this call: whatever it finds later is adopted by a later call (unless
+        # keys are pinned to their first answer: KS_AUTOTUNE_RECHECK_S=0, or ranks that follow
+        # rank 0's broadcast).
+        synced = opts.sync is Sync.BROADCAST and _distributed() is not None
+        if opts.recheck_s > 0 and not synced:
+            fut.add_done_callback(lambda f: self._adopt(key, f, opts))
+        return None
 
     def _resolution_of(self, found: Found | None, opts: Options,
                        ran: Sequence[Config] = ()) -> Resolution | None:
@@ -389,7 +383,7 @@ class Autotuner(TritonAutotuner):
             return
         res.pending = True
         near = self._near(case)
-        fut = in_daemon_thread(lambda: BACKENDS.lookup(case, opts, fresh=True, near=near))
+        fut = in_daemon_thread(lambda: BACKENDS.lookup(case, fresh=True, near=near))
         fut.add_done_callback(lambda f: self._adopt(key, f, opts))
 
     def _fallback(self, key: tuple, opts: Options, case: Key | None, args: tuple,

@@ -251,7 +251,7 @@ def test_upload_of_the_shared_record_goes_through_the_gate(monkeypatch) -> None:
     backend sees it."""
     from kernelsearch import backends
 
-    monkeypatch.setattr(backends.BACKENDS, "_ensure", lambda: pytest.fail("a refused record reached a backend"))
+    monkeypatch.setattr(backends.BACKENDS, "ensure", lambda: pytest.fail("a refused record reached a backend"))
     bad = copy.deepcopy(record(KA, AXES, 20.0, rel_error=1.0))
     assert backends.BACKENDS.upload(bad) is False
 

@@ -47,6 +47,7 @@ from .identity import (SourceIdentityError, check_served, load_declarations, und
                        undeclared_kernel)
 from .launch import FORCED, Using, run_forced
 from .options import POLICY_WHY, Fallback, Options, Source, Sync
+from .ranks import distributed, from_rank0, synced_ranks
 from .resolution import Resolution, to_triton
 from .share import share_declared, share_tuned
 from .timing import wallclock_bench
@@ -226,9 +227,9 @@ class Autotuner(TritonAutotuner):
         opts = Options.from_env()
         if self.kernel_def is None:
             load_declarations()
-        dist = _distributed() if opts.sync is Sync.BROADCAST else None
+        dist = distributed() if opts.sync is Sync.BROADCAST else None
         if dist is not None and dist.get_rank() != 0:
-            return self._from_rank0(dist, None)
+            return from_rank0(dist, None, self._meta_names, self.configs)
         if dist is not None:  # the other ranks wait for rank 0's broadcast: a failure is a miss
             miss: tuple[Key | None, Resolution | None] = (None, None)
             case, res = guard.guarded(self._name(), "resolving a key",
@@ -240,7 +241,7 @@ class Autotuner(TritonAutotuner):
                        self._name(), key, POLICY_WHY[opts.fallback])
             res = self._fallback(key, opts, case, args, kwargs)
         if dist is not None:
-            return self._from_rank0(dist, res)
+            return from_rank0(dist, res, self._meta_names, self.configs)
         return res
 
     def _served(self, key: tuple, named: dict[str, Any], opts: Options, args: tuple,
@@ -324,7 +325,7 @@ class Autotuner(TritonAutotuner):
         # Too slow for this call: whatever it finds later is adopted by a later call (unless
         # keys are pinned to their first answer: KS_AUTOTUNE_RECHECK_S=0, or ranks that follow
         # rank 0's broadcast).
-        synced = opts.sync is Sync.BROADCAST and _distributed() is not None
+        synced = synced_ranks(opts)
         if opts.recheck_s > 0 and not synced:
             fut.add_done_callback(lambda f: self._adopt(key, f, opts))
         return None
@@ -377,7 +378,7 @@ class Autotuner(TritonAutotuner):
         """Look a provisional key up again in the background; the call goes on with what it has."""
         opts = Options.from_env()
         case = self.case_key(named)
-        synced = opts.sync is Sync.BROADCAST and _distributed() is not None
+        synced = synced_ranks(opts)
         if case is None or opts.recheck_s <= 0 or synced:
             res.provisional = False  # pinned: nothing to look up, or ranks must not drift apart
             return
@@ -435,16 +436,6 @@ class Autotuner(TritonAutotuner):
             guard.guarded(self._name(), "sharing the config tuned here",
                           lambda: share_tuned(self, self.undeclared, case, config, timings, args,
                                               kwargs, first), None)
-
-
-    def _from_rank0(self, dist: Any, res: Resolution | None) -> Resolution:
-        """Rank 0's resolution, broadcast: every rank runs the same config for the key."""
-        payload: list[Any] = [None if res is None else (canonical(res.config), res.source.value)]
-        dist.broadcast_object_list(payload, src=0)
-        cfg, source = payload[0]
-        config = to_triton(cfg, self._meta_names, self.configs) or self.configs[0]
-        return Resolution(config, Source(source) if res is not None else Source.RANK0,
-                          provisional=False)
 
     # -- forced configs (the tuner's launches) ------------------------------------------------
     def using(self, config: Config | Mapping[str, Any]) -> "Using":
@@ -512,14 +503,3 @@ class Autotuner(TritonAutotuner):
         """Build and register this kernel's KernelDef (see `declare`)."""
         kw.setdefault("module", sys._getframe(1).f_globals.get("__name__"))
         return declare(self, **kw)
-
-
-def _distributed() -> Any | None:
-    """torch.distributed when a process group of more than one rank is up, else None."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return None
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist
-    return None

@@ -190,3 +190,18 @@ def test_the_client_never_imports_the_servers_app() -> None:
     bad = sorted(f"{m} imports {t}" for m, ts in _graph().items() if _layer(m) == "kernelsearch"
                  for t in ts if t.startswith(CLIENT_NEVER))
     assert not bad, "; ".join(bad)
+
+
+def test_no_hook_imports_the_decorator() -> None:
+    """The Triton cache manager, the Helion backend and get_kernel's provider use the backends
+    object, never the decorator (not even through another module)."""
+    graph = _graph()
+    for hook in ("kernelsearch.triton_cache", "kernelsearch.helion", "kernelsearch.provider"):
+        seen, todo = set(), [hook]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert "kernelsearch.backends" in seen, hook
+        assert not seen & {"kernelsearch.tuner", "kernelsearch.decorator"}, hook

@@ -7,7 +7,7 @@ import triton
 from kernelsearch.kernels.configs import canonical_key
 from kernelsearch.kernels.resolve import Found, Match
 from kernelsearch.kernels.undeclared import Definition, kernel_def
-from kernelsearch.service.autotune import serves_list
+from kernelsearch.identity import serves_list
 
 LISTED = (triton.Config({"BLOCK": 32}, num_warps=4), triton.Config({"BLOCK": 64}, num_warps=4))
 UND = kernel_def(Definition(name="m.k", module="m", qualname="k", arg_names=("x", "n"), key=("n",),

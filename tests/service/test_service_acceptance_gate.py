@@ -253,11 +253,11 @@ def test_the_gate_skips_what_the_declaration_cannot_answer() -> None:
 def test_upload_of_the_shared_record_goes_through_the_gate(monkeypatch) -> None:
     """The decorator's sharing (BACKENDS.upload) refuses what the gate refuses, before any
     backend sees it."""
-    from kernelsearch.service import autotune as at
+    from kernelsearch import backends
 
-    monkeypatch.setattr(at.BACKENDS, "_ensure", lambda: pytest.fail("a refused record reached a backend"))
+    monkeypatch.setattr(backends.BACKENDS, "ensure", lambda: pytest.fail("a refused record reached a backend"))
     bad = copy.deepcopy(record(KA, AXES, 20.0, rel_error=1.0))
-    assert at.BACKENDS.upload(bad) is False
+    assert backends.BACKENDS.upload(bad) is False
 
 
 def test_the_tuner_record_goes_through_the_gate() -> None:

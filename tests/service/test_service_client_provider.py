@@ -16,11 +16,12 @@ from kernelsearch.db.store import Store
 from kernelsearch.kernels import provider as kprovider
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.service.api import create_app
-from kernelsearch.service.client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
+from kernelsearch.rest_client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
                             TooManyRequests, Unauthorized)
 from kernelsearch.kernels.resolve import Key, Match, Resolver, SourceUnavailable
-from kernelsearch.service.provider import install_default_provider
-from kernelsearch.service.sources import ServiceSource, StoreSource
+from kernelsearch.provider import install_default_provider
+from kernelsearch.service.sources import StoreSource
+from kernelsearch.sources import ServiceSource
 
 
 @pytest.fixture(autouse=True)
@@ -238,3 +239,24 @@ def test_which_config_says_what_a_get_kernel_call_runs(sqlite_store: Store) -> N
         assert source == "record" and (config["ROWS"], config["HEADS"]) == (2, 8)
     finally:
         kprovider.set_resolver(None)
+
+
+def test_get_kernel_and_the_decorator_share_one_resolver_and_its_back_off(tmp_path,
+                                                                          monkeypatch) -> None:
+    """`get_kernel`'s provider plugs in the backends' own resolver, with KS_AUTOTUNE_RETRY_S: a
+    service the decorator (or a hook) saw fail is left alone by `get_kernel` too, and back."""
+    from kernelsearch.backends import BACKENDS
+
+    monkeypatch.setenv("KS_AUTOTUNE_RETRY_S", "123")
+    settings = settings_for(f"sqlite:///{tmp_path / 'absent.db'}",
+                            service_url=f"http://127.0.0.1:{free_port()}")
+    try:
+        p = install_default_provider(settings)
+        assert p is BACKENDS.resolver is kprovider.current_resolver()
+        assert p.retry_s == 123
+        BACKENDS.failed("service", "no answer within 0.25 s")  # what the decorator's bound does
+        assert kprovider.current_resolver().down("service")
+        p.reset()
+        assert not BACKENDS.resolver.down("service")
+    finally:
+        BACKENDS.reset()

@@ -1,7 +1,7 @@
 """Where a kernel called without `config` gets its tuned config from.
 
 `kernels` knows no database and no HTTP: an upper layer plugs a `Resolver` in with
-`set_resolver` (`service.sources.client_resolver`: the local store, then the service). A lookup
+`set_resolver` (`kernelsearch.provider`: the client's one resolver, the local store then the service). A lookup
 that fails or answers nothing never fails the user's call: the kernel falls back to its default
 config. This module's own policy is a per-process memory of answers, misses included, but never
 an outage (`SourceUnavailable`), so a store that comes back is asked again.

@@ -13,10 +13,13 @@ from __future__ import annotations
 import math
 import socket
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from kernelsearch.db.statuses import JobStatus, RecordOrigin, WinnerOrigin
-from kernelsearch.db.views import JobView, RecordIn
+from kernelsearch.db.views import Accepted, JobView, RecordIn
+
+if TYPE_CHECKING:
+    from kernelsearch.kernels.spec import KernelDef
 
 from .settings import Settings
 
@@ -56,12 +59,13 @@ def _search_child(args: dict[str, Any]) -> dict[str, Any]:
     return search_captured(**args)
 
 
-def search_record(kernel: str, axes: Mapping[str, Any], out: Mapping[str, Any], *,
-                  source_hash: str, work: float, study_name: str, job_id: int | None) -> RecordIn:
-    """The record of a search's outcome (accepted by the gate: RecordRejected otherwise): the
+def search_record(kdef: KernelDef, axes: Mapping[str, Any], out: Mapping[str, Any], *,
+                  study_name: str, job_id: int | None) -> Accepted[RecordIn]:
+    """The record of a search's outcome as the gate accepted it (RecordRejected otherwise): the
     searched winner with the list's configs' timings and its gain, or the list's best with the
     list's timings only."""
     from kernelsearch.search_space.acceptance import accepted
+    from kernelsearch.search_space.records import measured_record
 
     timings: dict[str, float | None] = dict(out["timings"])
     listed = list(out["listed"])
@@ -75,11 +79,10 @@ def search_record(kernel: str, axes: Mapping[str, Any], out: Mapping[str, Any], 
     n_failed = sum(1 for t in timings.values() if t is None)
     verdict = out.get("verdict")
     err = float(out.get("gate_rel_error") or 0.0)  # the strict gate's worst, over its draws
-    return accepted(RecordIn(
-        kernel=kernel, axes=dict(axes), work=work, device=out["device"],
+    return accepted(measured_record(
+        kdef, axes, out["device"], config=dict(out["configs"][winner]),
         device_info=out.get("device_info"), torch_version=str(versions.get("torch", "")),
-        triton_version=str(versions.get("triton", "")), source_hash=source_hash,
-        config=dict(out["configs"][winner]), latency_median_us=value, latency_min_us=value,
+        triton_version=str(versions.get("triton", "")), latency_median_us=value, latency_min_us=value,
         latency_max_us=value, latency_iqr_us=0.0, timing_method=out["timing_method"],
         rel_error=err if math.isfinite(err) else 0.0,
         n_trials=len(timings), n_failed=n_failed, config_timings=kept, study_name=study_name,
@@ -122,11 +125,11 @@ def run_search_job(store: Any, settings: Settings, job: Any, held: Any, *, owner
     if out.get("winner") is None:
         return JobStatus.FAILED, "search: no listed config ran on this key"
     try:
-        rec = search_record(job.kernel, axes, out, source_hash=kdef.source_hash,
-                            work=float(kdef.work(axes)), study_name=study, job_id=job.id)
+        ok = search_record(kdef, axes, out, study_name=study, job_id=job.id)
     except RecordRejected as exc:
         return JobStatus.FAILED, f"search: the record was refused by the gate: {exc}"
-    store.under_lease(held).upsert_best(rec)
+    store.under_lease(held).upsert_best(ok)
+    rec = ok.value
     verdict = out.get("verdict") or {}
     store.update_job_progress(held, trials_done=int(out["evaluated"]), best={"cases": [{
         "axes": axes, "best_latency_us": rec.latency_median_us, "config": rec.config,

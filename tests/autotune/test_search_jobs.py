@@ -95,13 +95,19 @@ def test_a_search_job_per_captured_key_stores_a_record_saying_where_its_winner_c
     assert gain_label({"winner_origin": "list", "gain_vs_list": None}) == "list"
 
 
-def test_a_searched_record_without_a_gain_is_refused() -> None:
-    out = {"timings": {"a": 2.0, "b": 1.0}, "listed": ["a"], "winner": "b",
-           "winner_origin": "search", "gain": 0.9, "configs": {"b": {"BLOCK": 8}},
-           "device": "cpu (triton interpreter)", "timing_method": "interpreter-wallclock"}
-    with pytest.raises(RecordRejected):
-        search_jobs.search_record(NAME, CASE, out, source_hash="x", work=1.0, study_name="s",
-                                  job_id=None)
+def test_a_searched_record_without_a_gain_is_refused(sqlite_store) -> None:
+    from kernelsearch.kernels import get_kernel
+    from kernelsearch.kernels.device import versions
+
+    register_definition(_definition(), sqlite_store)
+    listed, beyond = canonical_key(_definition()["configs"][0]), canonical_key(BEYOND[1])
+    out = {"timings": {listed: 2.0, beyond: 1.0}, "listed": [listed], "winner": beyond,
+           "winner_origin": "search", "gain": 0.9, "configs": {beyond: BEYOND[1]},
+           "device": "cpu (triton interpreter)", "timing_method": "interpreter-wallclock",
+           "versions": versions()}
+    with pytest.raises(RecordRejected) as got:
+        search_jobs.search_record(get_kernel(NAME), CASE, out, study_name="s", job_id=None)
+    assert got.value.field == "gain_vs_list"
 
 
 def test_search_from_captures_cli(sqlite_store, monkeypatch) -> None:
@@ -144,7 +150,7 @@ def test_search_route_queues_a_job_per_captured_key(sqlite_store) -> None:
 
 
 def test_a_searched_winner_is_served_by_default_for_declared_kernels_only(monkeypatch) -> None:
-    from kernelsearch.service.search_policy import search_space_configs, serve_searched
+    from kernelsearch.search_policy import search_space_configs, serve_searched
 
     assert serve_searched(declared=True) and not serve_searched(declared=False)
     monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", "on")

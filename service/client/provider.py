@@ -1,0 +1,27 @@
+"""`get_kernel`'s lookups: plug the user program's one resolver (`kernelsearch.backends`: the local
+store, then the service, with the decorator's back-off) into `kernels`, so a kernel called without
+`config` runs its tuned config."""
+from __future__ import annotations
+
+import logging
+
+from kernelsearch.kernels.provider import set_resolver
+from kernelsearch.kernels.resolve import Resolver
+from kernelsearch.service.settings import ClientSettings
+
+from .backends import BACKENDS
+
+log = logging.getLogger(__name__)
+
+
+def install_default_provider(settings: ClientSettings | None = None) -> Resolver | None:
+    """Plug the backends' resolver, built from `settings` (default: the environment's), into
+    `kernels`; never raises (a broken setup means defaults)."""
+    try:
+        BACKENDS.ensure(settings)
+        resolver: Resolver | None = BACKENDS.resolver
+    except Exception as exc:
+        log.warning("no config resolver installed: %s", exc)
+        resolver = None
+    set_resolver(resolver)
+    return resolver

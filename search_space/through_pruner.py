@@ -43,30 +43,38 @@ class PrunedRuns:
 
     def __init__(self, tuner: Any) -> None:
         self.tuner, self.candidate = tuner, None
-        self.ran: list[str] = []
+        self.ran: dict[str, None] = {}
         self.made: dict[str, dict[str, Any]] = {}
+        self._pruned: dict[tuple, Any] = {}
         self._run = tuner.run
         tuner.run = self._pruned_run  # an instance attribute: the kernel's launches call it
 
     def use(self, candidate: Any) -> None:
         """Run `candidate` (a triton.Config) from now on."""
-        self.candidate, self.ran = candidate, []
+        self.candidate, self.ran, self._pruned = candidate, {}, {}
 
     def identity(self) -> str:
         """The configs the last `use`'s calls ran, as one key (dedupe of candidates)."""
-        return "|".join(dict.fromkeys(self.ran))
+        return "|".join(self.ran)
 
     def _pruned_run(self, *args: Any, **kwargs: Any) -> Any:
         if self.candidate is None:
             return self._run(*args, **kwargs)
         nargs = dict(zip(self.tuner.arg_names, args))
-        made = through_pruner(self.tuner, self.candidate, nargs, kwargs)
-        if not made:
-            raise PrunedAway(f"the kernel's pruner drops {canonical(self.candidate)} on this call")
-        key = canonical_key(canonical(made[0]))
-        self.made.setdefault(key, canonical(made[0]))
-        self.ran.append(key)
-        self.tuner.configs = [made[0]]
+        # Pruned once per autotuning key, as Triton prunes (a timing loop's calls pay a lookup).
+        named = {**nargs, **kwargs}
+        key = tuple(named.get(k) for k in self.tuner.keys) + tuple(
+            str(v.dtype) for v in named.values() if hasattr(v, "dtype"))
+        if key not in self._pruned:
+            made = through_pruner(self.tuner, self.candidate, nargs, kwargs)
+            if not made:
+                raise PrunedAway(f"the kernel's pruner drops {canonical(self.candidate)} on this call")
+            ck = canonical_key(canonical(made[0]))
+            self.made.setdefault(ck, canonical(made[0]))
+            self._pruned[key] = (made[0], ck)
+        config, ck = self._pruned[key]
+        self.ran[ck] = None
+        self.tuner.configs = [config]
         self.tuner.cache.clear()
         return self._run(*args, **kwargs)
 

@@ -74,7 +74,8 @@ def test_a_candidate_runs_as_the_kernels_pruner_makes_it(fitted) -> None:
         y = fitted.run()["y"]
         x = fitted.inputs(50, 96)
         assert (y == x * x).all()
-        assert pr.ran and json.loads(json.dumps(pr.made[pr.ran[0]]))["BLOCK"] == 128
+        (ran,) = pr.ran
+        assert json.loads(json.dumps(pr.made[ran]))["BLOCK"] == 128
     finally:
         pr.undo()
     assert "run" not in kernel.__dict__

@@ -75,9 +75,11 @@ def gemlite_ops() -> dict[str, Callable[[int], Callable[[], list]]]:
     from gemlite import core
     from gemlite.helper import A16W4_HQQ_INT
 
-    # gemlite's pruner yields a config of its own cache, whatever it is given, for a shape the
-    # cache holds: emptied before every call, the list (and each candidate) is what it works on.
-    cache = getattr(core, "GEMLITE_TRITON_CONFIG_CACHE", {})
+    # gemlite's pruner yields a config of its own cache (per-device files it loads on import;
+    # none for the H200 in 0.6.0), whatever it is given, for a shape the cache holds: emptied
+    # before every call, the list (and each candidate) is what it works on.
+    def no_cache() -> None:
+        getattr(core, "GEMLITE_TRITON_CONFIG_CACHE", {}).clear()
     dev, dt = "cuda", torch.float16
     g = torch.Generator(device=dev).manual_seed(0)
     n_in, n_out, group = 4096, 4096, 128
@@ -92,7 +94,7 @@ def gemlite_ops() -> dict[str, Callable[[int], Callable[[], list]]]:
                             generator=torch.Generator(device=dev).manual_seed(seed))
 
             def op() -> list:
-                cache.clear()
+                no_cache()
                 with torch.no_grad():
                     return [layer(x)]
             return op

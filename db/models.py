@@ -29,7 +29,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from .checks import KERNEL_NAME_CHARS, kernel_key
-from .statuses import JOB_STATUSES, JobStatus, RecordOrigin
+from .statuses import JOB_STATUSES, JobStatus, RecordOrigin, WinnerOrigin
 
 # Stable constraint names: Alembic's batch mode on SQLite and later migrations need them.
 NAMING_CONVENTION = {
@@ -222,6 +222,9 @@ class Record(Base):
     origin: Mapped[str] = mapped_column(String(16), server_default=RecordOrigin.WORKER.value)
     uploaded_by: Mapped[str | None] = mapped_column(String(200))
     uploaded_from: Mapped[str | None] = mapped_column(String(200))
+    # statuses.WINNER_ORIGINS: the list's config or a searched one, and the searched one's gain.
+    winner_origin: Mapped[str] = mapped_column(String(16), server_default=WinnerOrigin.LIST.value)
+    gain_vs_list: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     is_current: Mapped[bool] = mapped_column(Boolean)
     superseded_at: Mapped[datetime | None]

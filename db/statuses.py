@@ -38,6 +38,18 @@ class RecordOrigin(enum.StrEnum):
 RECORD_ORIGINS: tuple[str, ...] = tuple(o.value for o in RecordOrigin)
 
 
+class WinnerOrigin(enum.StrEnum):
+    """Where a record's winner came from: the kernel's own config list, or a search beyond it
+    (search_space.derived). A searched winner is served only where the user allows it
+    (KS_AUTOTUNE_SERVE_SEARCHED) and carries its gain over the list's best."""
+
+    LIST = "list"
+    SEARCH = "search"
+
+
+WINNER_ORIGINS: tuple[str, ...] = tuple(o.value for o in WinnerOrigin)
+
+
 class TrialStatus(enum.StrEnum):
     """How a trial of a record's study ended, as its summary (ks_trial_summaries) and an export
     say it: measured, or failed (rejected, failed to compile, wrong, timed out...)."""

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar, final
 
 from .models import utcnow
-from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, JobStatus, RecordOrigin
+from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, JobStatus, RecordOrigin, WinnerOrigin
 
 __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
@@ -103,6 +103,10 @@ class RecordFields:
     origin: str = RecordOrigin.WORKER.value
     uploaded_by: str | None = None
     uploaded_from: str | None = None
+    # The winner's origin (statuses.WINNER_ORIGINS) and, for a searched one, its median speedup
+    # over the list's best, re-measured interleaved in the same run (search_space.remeasure).
+    winner_origin: str = WinnerOrigin.LIST.value
+    gain_vs_list: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,7 @@ from .checks import axes_key
 from .errors import ImportRejected
 from .models import TIMING_METHODS, Case, Device, Kernel, Record
 from .portable import dotted, first_unportable
-from .statuses import RECORD_ORIGINS, TRIAL_STATES, RecordOrigin, TrialStatus
+from .statuses import RECORD_ORIGINS, TRIAL_STATES, WINNER_ORIGINS, RecordOrigin, TrialStatus
 from .views import Accepted, RecordFields, RecordIn, RecordView, Rejection, TrialIn, field_specs
 
 EXPORT_SCHEMA = "kernelsearch.records"
@@ -115,6 +115,7 @@ _RECORD_TYPES: dict[str, Any] = {
     "device_info": DeviceInfoDoc | None,
     "timing_method": Literal[TIMING_METHODS],
     "origin": Literal[RECORD_ORIGINS],
+    "winner_origin": Literal[WINNER_ORIGINS],
 }
 _RECORD_LIMITS: dict[str, dict[str, Any]] = {
     "kernel": {"max_length": _width(Kernel.name)},
@@ -129,6 +130,7 @@ _RECORD_LIMITS: dict[str, dict[str, Any]] = {
     "tuned_at": {"strict": False},
     "uploaded_by": {"max_length": _width(Record.uploaded_by)},
     "uploaded_from": {"max_length": _width(Record.uploaded_from)},
+    "gain_vs_list": {"gt": 0, "allow_inf_nan": False},
 }
 
 

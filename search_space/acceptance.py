@@ -37,7 +37,7 @@ from typing import Any
 from kernelsearch import kernels
 from kernelsearch.db.errors import ImportRejected
 from kernelsearch.db.portable import MAX_DEPTH, dotted, first_unportable
-from kernelsearch.db.statuses import RecordOrigin
+from kernelsearch.db.statuses import RecordOrigin, WinnerOrigin
 from kernelsearch.db.views import _GATE_TOKEN, Accepted, HelionEntryIn, RecordIn
 from kernelsearch.db.wire import InvalidRecord, validated_record
 from kernelsearch.kernels.configs import canonical_key
@@ -324,6 +324,19 @@ def _check_time(rec: RecordIn, now: datetime) -> None:
                                          f"(+{CLOCK_SKEW} of clock skew)")
 
 
+def _check_winner_origin(rec: RecordIn) -> None:
+    """A searched winner carries its re-measured gain over the list's best, above 1 (it is served
+    only as an improvement, search_space.remeasure); the list's own winner no gain but 1."""
+    gain = rec.gain_vs_list
+    if rec.winner_origin == WinnerOrigin.SEARCH:
+        if gain is None or not gain > 1.0:
+            raise RecordRejected("gain_vs_list", f"a searched winner is stored only as an "
+                                                 f"improvement over the list's best, got {gain!r}")
+    elif gain is not None and gain != 1.0:
+        raise RecordRejected("gain_vs_list", f"the list's own winner has no gain over the list, "
+                                             f"got {gain!r}")
+
+
 def accepted(rec: RecordIn, *, now: datetime | None = None) -> Accepted[RecordIn]:
     """`rec` normalised as the store keeps it (db.wire's rules), once it passes the gate, as the
     one type the store writes (`db.views.Accepted`, which only this module makes); RecordRejected
@@ -339,6 +352,7 @@ def accepted(rec: RecordIn, *, now: datetime | None = None) -> Accepted[RecordIn
         raise RecordRejected("kernel", str(e), status=404) from None
     _check_declaration(k, rec)
     _check_physics(k, rec)
+    _check_winner_origin(rec)
     _check_time(rec, now or datetime.now(timezone.utc))
     return Accepted(rec, _GATE_TOKEN)
 

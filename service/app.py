@@ -31,7 +31,8 @@ from .deps import WriterToken
 from .lookups import (BestCache, BoundedPool, LookupTimeout, ReadTimeout, current_reads, lookup_store,
                       read_store)
 from .metrics import Metrics
-from .routers import best, dashboard, definitions, health, helion, jobs, kernels, metrics, records
+from .routers import (best, dashboard, definitions, health, helion, jobs, kernels, metrics, records,
+                      search)
 from .settings import Settings, get_settings
 from .strict_input import BodyLimit, StrictJSON, TrustedHost, query_text
 
@@ -102,7 +103,7 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (health.router, kernels.router, definitions.router, best.make_router(),
                    records.router, helion.router,
-                   jobs.router, metrics.router, dashboard.router):
+                   jobs.router, search.router, metrics.router, dashboard.router):
         app.include_router(router)
     _document_as_served(app)
     return app

@@ -137,9 +137,9 @@ def _listed_configs(k: Any) -> list[dict[str, Any]] | None:
 
 
 def _register() -> None:
-    from . import cli_bench, cli_db, cli_optuna, cli_serve, cli_tune
+    from . import cli_bench, cli_db, cli_optuna, cli_search, cli_serve, cli_tune
 
-    for mod in (cli_db, cli_tune, cli_bench, cli_serve, cli_optuna):
+    for mod in (cli_db, cli_tune, cli_bench, cli_serve, cli_optuna, cli_search):
         mod.register(app)
 
 

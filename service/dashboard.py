@@ -136,8 +136,18 @@ def has_torch_reference(kernel: str | None) -> bool:
     return k is None or k.torch_reference is not None
 
 
+def gain_label(r: Mapping[str, Any]) -> str:
+    """A record's winner against the kernel's config list (issue 35): a searched winner's gain
+    over the list's best, or the list's own (after a search that found no confident gain)."""
+    gain = r.get("gain_vs_list")
+    if r.get("winner_origin") == "search" and gain is not None:
+        return f"{gain:.2f}× (searched)"
+    return "list (searched: no gain)" if gain is not None else "list"
+
+
 def _decorate(r: dict[str, Any], reported: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     lat = r.get("latency_us")
+    r["gain_label"] = gain_label(r)
     r["work"] = case_work(r["kernel"], r["case"])
     r["has_reference"] = has_torch_reference(r["kernel"])
     if r["has_reference"]:

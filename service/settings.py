@@ -48,6 +48,13 @@ class ClientSettings(BaseSettings):
         "none", description="broadcast: rank 0 of a torch.distributed group resolves each key for all ranks")
     autotune_submit: bool = Field(True, description="a key without a record queues a tuning job")
     autotune_prepare: bool = Field(True, description="a declaration prepares the lookups in the background")
+    autotune_serve_searched: Literal["auto", "on", "off"] = Field(
+        "auto", description="serve a record whose winner a worker found beyond the kernel's config "
+        "list (issue 35): on, off (the list's best by the record's timings), or auto: on for "
+        "declared kernels, off for @kernelsearch.autotune's undeclared ones")
+    search_max_configs: int = Field(256, gt=0, le=4096, description="@kernelsearch.autotune("
+                                    "search_space='derived'): at most this many configs beyond "
+                                    "the list go to the workers (a seeded sample of the derived space)")
     helion_timeout_s: float = Field(2.0, gt=0, le=60, description="kernelsearch.helion: Helion's cache "
                                     "read, write or list waits this long at most (a miss costs minutes of tuning)")
     helion_on_miss: Literal["tune", "default"] = Field(
@@ -138,6 +145,11 @@ class Settings(ClientSettings):
     nearest_max_ratio: float = Field(32.0, gt=1, description="/v1/best serves a nearest record "
                                      "only when the two cases' bytes moved differ by at most "
                                      "this factor; farther: 404")
+    search_trials: int = Field(64, ge=0, le=10_000, description="a search job's budget per key: "
+                               "configs evaluated beyond the list's (every run of its study together)")
+    search_seconds: float = Field(300.0, gt=0, description="a search job's budget per key in seconds")
+    search_sampler: Literal["tpe", "random", "gp", "cmaes", "qmc"] = Field(
+        "tpe", description="a search job's Optuna sampler (search_space.key_search says why tpe)")
     serve_worker: Literal["process", "thread"] = Field(
         "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
         "wait behind tuning), or a thread of the API process")

@@ -31,6 +31,7 @@ from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
 from kernelsearch.search_space.states import CUT_SHORT
 
+from . import search_jobs
 from .helion_jobs import is_helion_capture
 from .metrics import Metrics
 from .settings import Settings
@@ -288,6 +289,11 @@ class Worker:
             failed = self._captured_kernel(job)
             if failed is not None:
                 return JobStatus.FAILED, failed
+            if job.sampler == search_jobs.SEARCH:
+                return search_jobs.run_search_job(
+                    self.store, self.settings, job, held, owner=self.owner,
+                    stop=lambda: self.stop_event.is_set() or lease.lost.is_set(),
+                    limit_s=max(0.001, deadline - time.monotonic()))
         try:
             resolve(job.kernel)
         except KernelSearchError as exc:

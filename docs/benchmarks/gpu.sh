@@ -33,6 +33,10 @@
 #                 (docs/benchmarks/issue25_helion.py)
 #   helion-queue  the same kernels under KS_HELION_ON_MISS=default: a fresh host runs Helion's default
 #                 configs and queues jobs, `kernelsearch worker` tunes them, a later host is served
+#   issue35       search beyond the list: gemlite, Liger-Kernel and fla's @triton.autotune kernels, a per-key
+#                 Optuna search of the derived space within a time share (ISSUE35_TOTAL_S; KS35_TRIALS, KS35_KEY_S,
+#                 KS35_REPEATS), every candidate through the library's own pruner, the strict gate, the interleaved
+#                 re-measure and a sweep of the same space (exhaustive where it fits) (docs/benchmarks/issue35_search.py)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -189,6 +193,24 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       timeout ${ISSUE25Q_S:-400} python3 docs/benchmarks/issue25_helion.py $D/issue25_helion_queue.json \
         --queue --work /tmp/ks25q 2>&1 | tail -5
       cp /tmp/ks25q/*.stderr.txt $D/ 2>/dev/null ;;
+    issue35)
+      # Search beyond the list (issue 35): per key of gemlite, Liger-Kernel and fla, a budgeted
+      # Optuna search of the derived space, the strict gate, the interleaved re-measure and a sweep
+      # of the same space; ISSUE35_TOTAL_S (~6 min) shared equally among the libraries left, each
+      # library's share among its keys. Leaves 3 files: table.txt, summary.json and issue35.tar.gz
+      # (each library's JSON, stderr and Optuna studies).
+      D=$OUT/issue35; W=/tmp/ks35; rm -rf $W; mkdir -p $D $W/res
+      END=$((SECONDS + ${ISSUE35_TOTAL_S:-360}))
+      L35=(${ISSUE35_LIBS:-gemlite liger fla})
+      for i in "${!L35[@]}"; do
+        lib=${L35[$i]}; LIMIT=$(( (END - SECONDS - 15) / (${#L35[@]} - i) ))
+        [ $LIMIT -gt 30 ] || { echo "$lib: skipped (no time left)"; continue; }
+        TRITON_CACHE_DIR=$W/tc_$lib timeout $((LIMIT + 10)) python3 docs/benchmarks/issue35_search.py \
+          run --lib $lib --out $W/res --deadline-s $((LIMIT - 15)) 2>$W/res/$lib.err | tail -1
+        [ -s $W/res/$lib.json ] || { echo "$lib: no result"; grep -v -i warn $W/res/$lib.err | tail -4; }
+      done
+      python3 docs/benchmarks/issue35_search.py table $W/res --summary $D/summary.json | tee $D/table.txt
+      tar -czf $D/issue35.tar.gz -C $W res ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -7,6 +7,8 @@ from typing import Any, Callable, Sequence
 
 from triton.runtime.autotuner import Config
 
+from kernelsearch.search_space.derived import DerivedRule
+
 from .tuner import Autotuner
 
 
@@ -17,12 +19,14 @@ def autotune(configs: list[Config], key: list[str], prune_configs_by: dict | Non
              do_bench: Callable | None = None, cache_results: bool = False, *,
              name: str | None = None,
              reference: Callable[..., Any] | None = None,
-             search_space: Sequence[Config] | None = None) -> Callable[[Any], Autotuner]:
+             search_space: Sequence[Config] | str | DerivedRule | None = None
+             ) -> Callable[[Any], Autotuner]:
     """`triton.autotune` with the same arguments; `name` (the kernel's name in kernelsearch) and
     `reference` (what the correctness gate compares with, instead of the first config) may also
     be given to `declare`. `search_space`: more configs (the same meta-parameters) that workers
-    may search besides the list, for a kernel they tune from a call's capture or a declaration;
-    this process only ever benchmarks the list."""
+    may search besides the list, for a kernel they tune from a call's capture or a declaration,
+    or "derived" / a DerivedRule for the derived space (kernelsearch.search_policy); this process
+    only ever benchmarks the list."""
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,

@@ -23,6 +23,7 @@ from .timing import quantiles
 
 from .resolution import Resolution
 from .options import Source
+from .search_policy import serve_searched
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,9 @@ def check_served(tuner: Any, key: tuple, case: Key, res: Resolution, args: tuple
     stored = {k: (math.inf if v is None else float(v))
               for k, v in (found.timings or {}).items() if k in by_key}
     # A winner from `search_space` (a worker searched beyond the list) is served too, once
-    # the record measured the whole list.
-    if covers(found.timings, found.config, pruned, tuner.search_space):
+    # the record measured the whole list, where KS_AUTOTUNE_SERVE_SEARCHED allows it.
+    beyond = tuner.search_space if serve_searched(declared=False) else ()
+    if covers(found.timings, found.config, pruned, beyond):
         return res
     if not stored:
         return None  # a record of another config list: not this one's

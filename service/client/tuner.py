@@ -38,6 +38,7 @@ from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.configs import canonical, canonical_key
 from kernelsearch.kernels.resolve import Found, Key, Match, Near
 from kernelsearch.kernels.undeclared import UndeclaredKernel
+from kernelsearch.search_space.derived import DerivedRule
 
 from . import guard
 from .backends import BACKENDS, in_daemon_thread
@@ -49,6 +50,7 @@ from .launch import FORCED, Using, run_forced
 from .options import POLICY_WHY, Fallback, Options, Source, Sync
 from .ranks import distributed, from_rank0, synced_ranks
 from .resolution import Resolution, to_triton
+from .search_policy import search_space_configs
 from .share import share_declared, share_tuned
 from .timing import wallclock_bench
 
@@ -68,12 +70,14 @@ class Autotuner(TritonAutotuner):
     def __init__(self, fn: Any, arg_names: list[str], configs: list[Config], key: list[str],
                  *args: Any, name: str | None = None,
                  reference: Callable[..., Any] | None = None,
-                 search_space: Sequence[Config] | None = None, **kwargs: Any) -> None:
+                 search_space: Sequence[Config] | str | DerivedRule | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(fn, arg_names, configs, key, *args, **kwargs)
         self.kernel_name = name
         self.reference = reference
-        # Configs a worker may search beyond the list (an undeclared kernel's captured calls).
-        self.search_space = list(search_space or ())
+        # Configs a worker may search beyond the list (an undeclared kernel's captured calls):
+        # given, or the derived space ("derived", a DerivedRule: search_policy).
+        self.search_space = search_space_configs(configs, search_space)
         for i, c in enumerate(self.search_space):
             if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
                 raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "

@@ -96,8 +96,15 @@ def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_s
         sqlite_store.upsert_best(trusted(RecordIn(**{
             **fields, "config": beyond, "latency_median_us": rec.latency_median_us / 2,
             "latency_min_us": rec.latency_min_us / 2, "latency_max_us": rec.latency_median_us / 2,
-            "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2}})))
-        served = _user(200, "float32", env)
+            "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2},
+            "winner_origin": "search", "gain_vs_list": 2.0})))
+        # An undeclared kernel's searched winner is opt-in (KS_AUTOTUNE_SERVE_SEARCHED): by
+        # default the list's best by the record's own timings runs, nothing benchmarked.
+        listed_best = min((v, json.loads(k)["BLOCK"]) for k, v in rec.config_timings.items()
+                          if v is not None and json.loads(k)["BLOCK"] != 256)[1]
+        assert _user(200, "float32", env) == {"sources": ["service"], "benched": 0,
+                                              "best": listed_best}
+        served = _user(200, "float32", {**env, "KS_AUTOTUNE_SERVE_SEARCHED": "on"})
         assert served == {"sources": ["service"], "benched": 0, "best": 256}
 
 

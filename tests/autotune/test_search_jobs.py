@@ -1,0 +1,165 @@
+"""Search jobs (issue 35): `kernelsearch search --from-captures` queues one per key a program's
+captures met; a worker runs it (the per-key study in the store, the strict gate, the re-measure)
+and stores a record that says where its winner came from. Under the interpreter the timings
+mean nothing: what is asserted is the mechanics, and the record's consistency with them."""
+from __future__ import annotations
+
+import json
+import math
+
+import optuna
+import pytest
+import torch
+import triton
+from svc_helpers import settings_for
+from typer.testing import CliRunner
+
+import ks_undeclared_user
+from kernelsearch.kernels.capture import capture_call, jit_function_of
+from kernelsearch.kernels.configs import canonical, canonical_key
+from kernelsearch.kernels.spec import source_hash_of
+from kernelsearch.search_space.acceptance import RecordRejected
+from kernelsearch.search_space.key_search import A_LISTED
+from kernelsearch.service import job_child, search_jobs
+from kernelsearch.service.cli import app
+from kernelsearch.service.definitions import register_definition
+from kernelsearch.service.worker import Worker
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("isolated_client")]
+NAME = "ks_undeclared_user.scale_kernel"
+CASE = {"n": 200, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+BEYOND = [{"BLOCK": 128, "num_warps": 4, "num_stages": 3, "num_ctas": 1},
+          {"BLOCK": 8, "num_warps": 2, "num_stages": 1, "num_ctas": 1}]
+
+
+def _definition() -> dict:
+    tuner = ks_undeclared_user.scale_kernel
+    return {"name": NAME, "module": "ks_undeclared_user", "qualname": "scale_kernel",
+            "arg_names": list(tuner.arg_names), "key": ["n"], "dtype_args": ["x_ptr", "y_ptr"],
+            "configs": [canonical(c) for c in tuner.configs], "search_space": BEYOND,
+            "source_hash": source_hash_of([jit_function_of(tuner)])}
+
+
+def _capture() -> dict:
+    x, y = torch.randn(200), torch.empty(200)
+    configs = [*_definition()["configs"], *BEYOND]
+    return capture_call({"x_ptr": x, "y_ptr": y, "n": 200}, ["BLOCK"], configs,
+                        lambda meta: (triton.cdiv(200, meta["BLOCK"]),)).as_json()
+
+
+def _in_process(fn, *args, stop=None, limit_s=None):
+    return fn(*args)
+
+
+def test_a_search_job_per_captured_key_stores_a_record_saying_where_its_winner_came_from(
+        sqlite_store, monkeypatch) -> None:
+    settings = settings_for(sqlite_store.url, job_modules=["ks_undeclared_user"],
+                            search_trials=2, search_seconds=60)
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    first, _ = sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
+    sqlite_store.cancel_job(first.id)  # only the stored call matters here
+    (queued, new), = search_jobs.queue_searches(sqlite_store, settings)
+    assert new and queued.sampler == search_jobs.SEARCH and queued.n_trials == 2
+    assert search_jobs.queue_searches(sqlite_store, settings)[0] == (queued, False)
+    monkeypatch.setattr(job_child, "run_in_child", _in_process)
+    worker = Worker(settings, sqlite_store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    done = sqlite_store.get_job(queued.id)
+    assert done.status == "succeeded", done.error
+    (rec,) = sqlite_store.list_records(kernel=NAME)
+    listed = {canonical_key(c) for c in _definition()["configs"]}
+    assert set(rec.config_timings) >= listed
+    if rec.winner_origin == "search":
+        assert rec.gain_vs_list > 1 and canonical_key(rec.config) not in listed
+    else:
+        assert rec.gain_vs_list in (None, 1.0) and set(rec.config_timings) == listed
+    assert rec.latency_median_us == min(t for t in rec.config_timings.values() if t is not None)
+    study = optuna.load_study(study_name=search_jobs.study_of(NAME, CASE, rec.device),
+                              storage=sqlite_store.url)
+    ran = [t for t in study.trials if not t.user_attrs.get(A_LISTED)
+           and t.state == optuna.trial.TrialState.COMPLETE]
+    assert ran and done.best["cases"][0]["trials_done"] == 2  # both configs beyond the list
+    from fastapi.testclient import TestClient
+
+    from kernelsearch.service.api import create_app
+    from kernelsearch.service.dashboard import gain_label
+
+    with TestClient(create_app(settings, store=sqlite_store)) as c:
+        page = c.get("/").text
+    assert "vs the list's best" in page and gain_label(rec.as_dict()) in page
+    assert gain_label({"winner_origin": "search", "gain_vs_list": 1.284}) == "1.28× (searched)"
+    assert gain_label({"winner_origin": "list", "gain_vs_list": None}) == "list"
+
+
+def test_a_searched_record_without_a_gain_is_refused(sqlite_store) -> None:
+    from kernelsearch.kernels import get_kernel
+    from kernelsearch.kernels.device import versions
+
+    register_definition(_definition(), sqlite_store)
+    listed, beyond = canonical_key(_definition()["configs"][0]), canonical_key(BEYOND[1])
+    out = {"timings": {listed: 2.0, beyond: 1.0}, "listed": [listed], "winner": beyond,
+           "winner_origin": "search", "gain": 0.9, "configs": {beyond: BEYOND[1]},
+           "device": "cpu (triton interpreter)", "timing_method": "interpreter-wallclock",
+           "versions": versions()}
+    with pytest.raises(RecordRejected) as got:
+        search_jobs.search_record(get_kernel(NAME), CASE, out, study_name="s", job_id=None)
+    assert got.value.field == "gain_vs_list"
+
+
+def test_search_from_captures_cli(sqlite_store, monkeypatch) -> None:
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.setenv("KS_SEARCH_TRIALS", "7")
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    runner = CliRunner()
+    got = runner.invoke(app, ["search", "--from-captures", "--kernel", NAME])
+    assert got.exit_code == 2 and "no stored call" in got.output
+    sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
+    got = runner.invoke(app, ["search", "--from-captures", "--json"])
+    assert got.exit_code == 0, got.output
+    (row,) = json.loads(got.output)
+    assert row["kernel"] == NAME and row["n_trials"] == 7 and row["new"] is True
+    got = runner.invoke(app, ["search"])
+    assert got.exit_code == 2 and "--from-captures" in got.output
+    assert not math.isnan(0.0)
+
+
+def test_search_route_queues_a_job_per_captured_key(sqlite_store) -> None:
+    from fastapi.testclient import TestClient
+
+    from kernelsearch.service.api import create_app
+
+    settings = settings_for(sqlite_store.url, search_trials=5)
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    with TestClient(create_app(settings, store=sqlite_store)) as c:
+        assert c.post("/v1/search", json={"kernel": NAME}).status_code == 422  # no stored call
+        assert c.post("/v1/search", json={"kernel": "nope.k"}).status_code == 404
+        assert c.post("/v1/search", json={"kernel": 3}).status_code == 422
+        sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
+        got = c.post("/v1/search", json={})
+        assert got.status_code == 202
+        (job,) = got.json()["jobs"]
+        assert (job["kernel"], job["sampler"], job["n_trials"], job["existing"]) == (
+            NAME, "search", 5, False)
+        assert c.post("/v1/search", json={}).json()["jobs"][0]["existing"] is True
+
+
+def test_a_searched_winner_is_served_by_default_for_declared_kernels_only(monkeypatch) -> None:
+    from kernelsearch.search_policy import search_space_configs, serve_searched
+
+    assert serve_searched(declared=True) and not serve_searched(declared=False)
+    monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", "on")
+    assert serve_searched(declared=False)
+    monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", "off")
+    assert not serve_searched(declared=True)
+    listed = ks_undeclared_user.CONFIGS
+    derived = search_space_configs(listed, "derived", cap=5)
+    assert len(derived) == 5 and all(canonical(c) not in [canonical(x) for x in listed] for c in derived)
+    assert [canonical(c) for c in derived] == [canonical(c) for c in search_space_configs(listed, "derived", cap=5)]
+    with pytest.raises(ValueError, match="search_space"):
+        search_space_configs(listed, "wide")

@@ -76,6 +76,8 @@ class TrialOutcome:
     measure_s: float = 0.0
     # Seconds the runner waited for the compile-ahead pool before the trial started.
     compile_wait_s: float = 0.0
+    # The compiled kernel (kernels.compiled.compiled_ref): its group is stored with the record.
+    compiled: dict[str, Any] | None = None
 
     @property
     def latency_us(self) -> float | None:
@@ -199,6 +201,7 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
         out.n_regs = stats.get("n_regs")
         out.n_spills = stats.get("n_spills")
         out.shared_bytes = stats.get("shared_bytes")
+        out.compiled = _compiled_ref(runtime_of(kernel).last_compiled)
         phase = "check"
         t0 = time.perf_counter()
         res = check_config(kernel, axes, cfg, device=device, seed=seed + 1, cache=cache)
@@ -754,3 +757,14 @@ class TrialRunner:
 
 __all__ = ["TrialRunner", "TrialOutcome", "TrialCancelled", "GPU_TRIAL_TIMEOUT_S",
            "INTERPRETER_TRIAL_TIMEOUT_S"]
+
+
+def _compiled_ref(handle: Any) -> dict[str, Any] | None:
+    """kernels.compiled.compiled_ref, never failing the trial (its group is an extra)."""
+    from kernelsearch.kernels.compiled import compiled_ref
+
+    try:
+        return compiled_ref(handle)
+    except Exception as exc:
+        log.debug("compiled kernel not kept: %s", exc)
+        return None

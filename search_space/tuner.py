@@ -38,6 +38,7 @@ from kernelsearch.kernels.measure import default_repeats
 from kernelsearch.kernels.configs import canonical_key
 from kernelsearch.kernels.spec import config_key
 
+from .compiled import store_compiled
 from .records import REFERENCES, BestTrial, best_record
 from .runner import TrialCancelled, TrialOutcome, TrialRunner
 from .space import SearchSpace, case_space, get_space
@@ -477,6 +478,7 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore,
                 # only when it covers the decorator's config list.
                 config_timings=loop.config_timings() if isinstance(kdef, UndeclaredKernel)
                 else None))
+            store_compiled(store, rec.id, best.outcome.get("compiled"))
             res = replace(res, best=replace(res.best, improved=improved, record_id=rec.id))
         return replace(res, times=replace(res.times, wall_s=time.monotonic() - t_wall))
     finally:

@@ -31,7 +31,7 @@ from .deps import WriterToken
 from .lookups import (BestCache, BoundedPool, LookupTimeout, ReadTimeout, current_reads, lookup_store,
                       read_store)
 from .metrics import Metrics
-from .routers import best, dashboard, definitions, health, helion, jobs, kernels, metrics, records
+from .routers import artifacts, best, dashboard, definitions, health, helion, jobs, kernels, metrics, records
 from .settings import Settings, get_settings
 from .strict_input import BodyLimit, StrictJSON, TrustedHost, query_text
 
@@ -90,7 +90,8 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
                                       "KS_READ_TIMEOUT_S")
 
     app.add_middleware(StrictJSON)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       larger={"/v1/artifacts": settings.artifact_max_bytes * 4 // 3 + 65536})
     app.add_middleware(WriterToken)  # outside the body's checks: a 401 before any 413/422
     app.add_middleware(ReadBound, pool=app.state.read_pool, timeout_s=settings.read_timeout_s)
     if settings.cors_origins:  # outside the checks above, so their refusals carry CORS headers too
@@ -100,7 +101,7 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     if trusted_hosts is not None:
         app.add_middleware(TrustedHost, allowed=trusted_hosts)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    for router in (health.router, kernels.router, definitions.router, best.make_router(),
+    for router in (health.router, artifacts.router, kernels.router, definitions.router, best.make_router(),
                    records.router, helion.router,
                    jobs.router, metrics.router, dashboard.router):
         app.include_router(router)

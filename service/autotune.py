@@ -371,7 +371,8 @@ class Backends:
             try:
                 if definition is not None:
                     self._writer.register_kernel(definition)
-                self._writer.upload_record(_record_json(record))
+                stored = self._writer.upload_record(_record_json(record))
+                _stored(record, stored.get("id") if isinstance(stored, Mapping) else None)
                 return True
             except Exception as exc:
                 log.warning("the service did not take the config tuned here for %s: %s",
@@ -381,7 +382,8 @@ class Backends:
                 if definition is not None:
                     self._store.save_definition(record.kernel, dict(definition))  # type: ignore[attr-defined]
                 self._store.ensure_device(record.device_info or {"name": record.device})
-                self._store.upsert_best(record)
+                view, _ = self._store.upsert_best(record)
+                _stored(record, view.id)
                 return True
             except Exception as exc:
                 log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
@@ -419,6 +421,16 @@ class Backends:
         with self._lock:
             while self._pending and time.monotonic() < deadline:
                 self._idle.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _stored(record: Any, record_id: Any) -> None:
+    """Tell kernelsearch.artifacts which record the store made of one tuned here (it uploads the
+    compile group of its config beside it)."""
+    from kernelsearch import artifacts
+
+    guard.guarded(record.kernel, "sharing the compiled kernel",
+                  lambda: artifacts.note_record(record, record_id if isinstance(record_id, int) else None),
+                  None)
 
 
 BACKENDS = Backends()
@@ -611,6 +623,8 @@ class Resolution:
     next_check: float = 0.0
     pending: bool = False
     found: Found | None = None
+    # A key tuned here: its first launch's compiled kernel was handed to kernelsearch.artifacts.
+    noted: bool = False
 
 
 _forced = threading.local()
@@ -739,7 +753,12 @@ class Autotuner(TritonAutotuner):
                 return self._as_triton(key, args, kwargs)
             self.best_config = res.config
             try:
-                return self._launch(res.config, args, kwargs)
+                ret = self._launch(res.config, args, kwargs)
+                if res.source is Source.TUNED_HERE and not res.noted:
+                    res.noted = True
+                    guard.guarded(self._name(), "sharing the compiled kernel",
+                                  lambda: self._note_compiled(named, res.config, ret), None)
+                return ret
             except _BUILD_ERRORS as exc:
                 if res.source in (Source.FIRST, Source.TUNED_HERE):
                     raise
@@ -789,6 +808,15 @@ class Autotuner(TritonAutotuner):
             config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
         return self.fn.run(*args, **kwargs, **config.all_kwargs())
 
+    def _note_compiled(self, named: dict[str, Any], config: Config, handle: Any) -> None:
+        """Hand the compiled kernel of a key tuned here to kernelsearch.artifacts, which uploads
+        its compile group beside the record once the store has taken it."""
+        from kernelsearch import artifacts
+
+        case = self.case_key(named)
+        if case is not None:
+            artifacts.note_compiled(self._name(), case.axes_dict, canonical(config), handle)
+
     def _key(self, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """Triton's tuning key (key arguments' values, then every tensor argument's dtype)."""
         all_args = {**self.nargs, **kwargs}
@@ -807,6 +835,10 @@ class Autotuner(TritonAutotuner):
                 self._resolved[key] = res
                 self.sources[key] = res.source
                 self.cache[key] = res.config
+            if res.found is not None and res.source in (Source.STORE, Source.SERVICE):
+                from kernelsearch import artifacts  # its compiled kernel, before the first launch
+
+                artifacts.before_first_launch(self._name(), res.found)
         elif res.provisional and not res.pending and time.monotonic() >= res.next_check:
             guard.guarded(self._name(), "looking a key up again",
                           lambda: self._recheck(key, named, res), None)

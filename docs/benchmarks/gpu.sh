@@ -28,6 +28,12 @@
 #   issue31       two real libraries other than fla-core (.whl/: liger-kernel 0.8.5, gemlite 0.6.0.post2) unchanged
 #                 but for the decorator swap: triton.autotune on a cold host, kernelsearch on a first host (tunes,
 #                 shares) and a second (served); outputs against triton.autotune's (docs/benchmarks/issue31_libs.py)
+#   issue34       compiled kernels served with their configs: gemlite (.whl/, as issue31) unchanged but for the
+#                 swap, triton.autotune cold, a first host (tunes, uploads configs and compile groups), a
+#                 second host served (0 benchmarks, 0 compiles expected), the same host warm, a prefetching
+#                 host, a host of another compile fingerprint (compiles, still correct), Triton's Redis
+#                 manager's first and second host; fresh processes and Triton caches
+#                 (docs/benchmarks/issue34_artifacts.py; ISSUE34_LIBS=liger adds Liger-Kernel)
 #   helion        Helion (.whl/) through kernelsearch.helion: a softmax and an fp16 matmul tuned on a first host,
 #                 served on a second, against Helion's own local cache given the entries alone and warm
 #                 (docs/benchmarks/issue25_helion.py)
@@ -177,6 +183,21 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       done
       python3 docs/benchmarks/issue31_libs.py table $W --out $D/summary.json | tee $D/table.txt
       $KS records list 2>/dev/null | grep -c -E "liger|gemlite" | sed 's/^/liger and gemlite records in the store: /'
+      $KS records export $D/records.json >/dev/null; kill $API ;;
+    issue34)
+      D=$OUT/issue34; W=/tmp/ks34; rm -rf $W; mkdir -p $D $W
+      export KS_DATABASE_URL=sqlite:///$W/kernelsearch.db
+      $KS db upgrade >/dev/null
+      $KS serve --no-worker --port 8734 > $D/api.log 2>&1 &
+      API=$!
+      for _ in $(seq 60); do curl -sf http://127.0.0.1:8734/healthz >/dev/null && break; sleep 1; done
+      curl -sf http://127.0.0.1:8734/healthz >/dev/null || { echo "the service did not start:"; tail -3 $D/api.log; }
+      for lib in ${ISSUE34_LIBS:-gemlite}; do
+        python3 docs/benchmarks/issue34_artifacts.py all --lib $lib --work $W \
+          --service http://127.0.0.1:8734 --budget-s ${ISSUE34_S:-270}
+      done
+      python3 docs/benchmarks/issue34_artifacts.py table $W --out $D/summary.json | tee $D/table.txt
+      cp $W/*.err $D/ 2>/dev/null
       $KS records export $D/records.json >/dev/null; kill $API ;;
     helion)
       # .whl/ must add helion 1.4.0 and the dependencies the host lacks (filecheck, scikit-learn, ...).

@@ -75,12 +75,15 @@ def reset() -> None:
         _prefetched = False
 
 
-def _backends() -> tuple[Any, Any]:
-    """(the service's client, the local store), as the decorator's resolver has them."""
+def _backends(slow: bool = False) -> tuple[Any, Any]:
+    """(the service's client, the local store), as the decorator's resolver has them: the
+    lookups' client (bounded as a lookup is: a key's first launch waits on it) unless `slow`
+    (uploads and an explicit prefetch, off the launch's path or asked for)."""
     from kernelsearch.service.autotune import BACKENDS
 
     BACKENDS._ensure()
-    client = BACKENDS._writer if BACKENDS._service_up() else None
+    up = BACKENDS._service_up()
+    client = (BACKENDS._writer if slow else BACKENDS._client) if up else None
     return client, BACKENDS._store
 
 
@@ -181,7 +184,7 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
         global _prefetched
         import torch
 
-        client, store = _backends()
+        client, store = _backends(slow=True)
         name = device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
         if name is None:
             return 0
@@ -250,7 +253,7 @@ def _upload(slot: tuple[str, str, str], record_id: int) -> None:
             return
         cache_key, group, files = got
         env = compiled.environment()
-        client, store = _backends()
+        client, store = _backends(slow=True)
         if client is not None:
             client.upload_artifacts({
                 "record_id": record_id, "cache_key": cache_key, "group": group, "env": env,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from kernelsearch.db import errors as dberr
 from kernelsearch.db.statuses import RecordOrigin
@@ -28,6 +28,10 @@ from .records import ANONYMOUS, TOKEN_UPLOADER
 router = APIRouter(tags=["artifacts"])
 
 HEX64 = "^[0-9a-f]{64}$"
+# What a file's name and bytes may be is checked in the route (kernels.compiled.refusal), so a
+# shared library or a pickle is refused with a message saying so.
+FileName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Base64 = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
 
 
 class ArtifactSetIn(BaseModel):
@@ -39,7 +43,7 @@ class ArtifactSetIn(BaseModel):
     cache_key: str = Field(pattern=HEX64, description="Triton's cache key (CompiledKernel.hash)")
     group: str = Field(min_length=1, max_length=200)
     env: dict[str, str | int | None] = Field(max_length=16)
-    files: dict[str, str] = Field(min_length=1, max_length=16)
+    files: dict[FileName, Base64] = Field(min_length=1, max_length=16)
 
 
 class ArtifactFileOut(BaseModel):

@@ -251,3 +251,20 @@ def test_a_worker_stores_the_group_its_trial_compiled(sqlite_store: Store, tmp_p
     assert got.origin == "worker" and got.files == FILES
     assert not store_compiled(sqlite_store, view.id, {**ref, "group": "missing.json"})
     assert compiled.compiled_ref(handle_of(tmp_path, {**FILES, "x.so": b"\x7fELF"})) is None
+
+
+def test_get_kernels_provider_installs_an_exact_records_group(local_store: Store) -> None:
+    from kernelsearch.kernels.provider import lookup, set_resolver
+    from kernelsearch.service.provider import install_default_provider
+
+    from kernelsearch import kernels
+
+    view, _ = local_store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                              files=FILES, origin="worker")
+    install_default_provider()
+    try:
+        assert lookup(kernels.get_kernel(KA), {"total_patches": 64}, H200) == view.config
+        assert local_group() == FILES
+    finally:
+        set_resolver(None)

@@ -149,8 +149,10 @@ def _document_parameter(param: dict[str, Any]) -> None:
         for ours, theirs in _BOUNDS.items():
             if ours in sub:
                 sub[theirs] = sub.pop(ours)
-        if param.get("in") == "query" and sub.get("type") == "string" and "enum" not in sub:
-            sub.setdefault("pattern", QUERY_TEXT_PATTERN)
+        items = sub.get("items")
+        for text in (sub, items if isinstance(items, dict) else {}):  # a repeated parameter too
+            if param.get("in") == "query" and text.get("type") == "string" and "enum" not in text:
+                text.setdefault("pattern", QUERY_TEXT_PATTERN)
 
 
 def _lifespan(own_store: bool, start_worker: bool, worker_process: bool,

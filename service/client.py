@@ -158,12 +158,11 @@ class Client:
     def artifacts(self, env_fingerprint: str, *, record_id: int | None = None,
                   cache_key: str | None = None) -> list[dict[str, Any]]:
         """The compile groups of one record, or under one Triton cache key, for this fingerprint."""
-        params: dict[str, Any] = {"env_fingerprint": env_fingerprint}
         if record_id is not None:
-            params["record_id"] = record_id
-        if cache_key is not None:
-            params["cache_key"] = cache_key
-        return self._request("GET", "/v1/artifacts", params=params)
+            return self._request("GET", "/v1/artifacts", params={
+                "record_id": record_id, "env_fingerprint": env_fingerprint})
+        return self._request("GET", "/v1/artifacts/by-cache-key", params={
+            "cache_key": cache_key, "env_fingerprint": env_fingerprint})
 
     def device_artifacts(self, device: str, env_fingerprint: str,
                          kernels: Sequence[str] | None = None) -> list[dict[str, Any]]:

@@ -18,8 +18,8 @@ for the decorator swap, in fresh processes, each with its own fresh Triton cache
 
 Each run records the time from the first call to all results, the configs benchmarked
 (`Autotuner._bench` calls), the compiles and cache hits (`triton.knobs.compilation.listener`:
-`cache_hit` False is a compile; the launcher .so is built apart, as always), the kernels compiled
-by name, kernelsearch's sources and artifact counts; `table` sets them side by side with every
+`cache_hit` False is a compile), the launcher .so files built with the C compiler and their
+seconds (built on each host, as always: never shipped), the kernels compiled by name, kernelsearch's sources and artifact counts; `table` sets them side by side with every
 op's output against triton.autotune's.
 
     python3 issue34_artifacts.py all --lib gemlite --work DIR --service URL [--budget-s 270]
@@ -62,8 +62,21 @@ def run(lib: str, mode: str, work: Path) -> dict:
     def listener(*, src, metadata, metadata_group, times, cache_hit) -> None:
         (hits if cache_hit else compiles).append(getattr(src, "name", "?"))
 
+    import triton.runtime.build as build
+
+    real_build = build._build
+    builds: list[float] = []
+
+    def timed_build(*a, **k):  # a launcher (or Triton's cuda_utils) .so built with the C compiler
+        t = time.perf_counter()
+        try:
+            return real_build(*a, **k)
+        finally:
+            builds.append(time.perf_counter() - t)
+
     Autotuner._bench = counting
     knobs.compilation.listener = listener
+    build._build = timed_build
     if mode.startswith("ks"):
         import logging
 
@@ -82,6 +95,7 @@ def run(lib: str, mode: str, work: Path) -> dict:
     # The inputs' set-up compiled nothing of the library's kernels; count from the first call.
     compiles.clear()
     hits.clear()
+    builds.clear()
     outs: dict = {}
     t0 = time.perf_counter()
     for name, op in ops.items():
@@ -95,6 +109,8 @@ def run(lib: str, mode: str, work: Path) -> dict:
     got["compiles"] = len(compiles)
     got["cache_hits"] = len(hits)
     got["compiled"] = sorted(set(compiles))
+    got["launcher_builds"] = len(builds)
+    got["launcher_build_s"] = round(sum(builds), 2)
     got["sources"] = _sources()
     got["picks"] = _picks()
     got["ops"] = sorted(ops)
@@ -177,13 +193,14 @@ def table(work: Path, out: Path | None) -> str:
                if (work / f"{lib}-triton.pt").exists() else {})
         lines.append(f"== {lib}: ops {next(iter(rows.values()))['ops']}")
         lines.append(f"{'mode':13} {'first call->results':>20} {'benchmarked':>11} {'compiles':>8} "
-                     f"{'hits':>5}  max rel err vs triton.autotune / kernelsearch")
+                     f"{'hits':>5} {'.so builds':>13}  max rel err vs triton.autotune / kernelsearch")
         for m, r in rows.items():
             r["vs_triton"] = _compare(torch.load(work / f"{lib}-{m}.pt", weights_only=True), ref)
             errs = [v["rel_err"] for v in r["vs_triton"].values() if v is not None]
             missing = [k for k, v in r["vs_triton"].items() if v is None]
             lines.append(f"{m:13} {r['first_call_to_results_s']:>18.2f} s {r['configs_benchmarked']:>11} "
-                         f"{r['compiles']:>8} {r['cache_hits']:>5}  "
+                         f"{r['compiles']:>8} {r['cache_hits']:>5} "
+                         f"{r.get('launcher_builds', 0):>3} ({r.get('launcher_build_s', 0):5.2f} s)  "
                          f"{max(errs) if errs else float('nan'):.2e}"
                          f"{' missing ' + str(missing) if missing else ''}  "
                          f"{r.get('sources', {})} {r.get('artifacts', '')}")
@@ -230,6 +247,7 @@ def main() -> int:
         got = run(a.lib, a.mode, a.work)
         print(json.dumps({k: got.get(k) for k in ("mode", "first_call_to_results_s",
                                                     "configs_benchmarked", "compiles", "cache_hits",
+                                                    "launcher_builds", "launcher_build_s",
                                                     "sources", "artifacts", "errors")}))
     elif a.cmd == "all":
         all_modes(a.lib, a.work, a.service, a.budget_s, a.modes.split(","))

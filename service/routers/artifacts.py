@@ -19,7 +19,6 @@ from kernelsearch.db.repos.artifacts import ArtifactSetView
 from kernelsearch.kernels.compiled import env_fingerprint, refusal, sha256_hex
 from kernelsearch.kernels.undeclared import MAX_NAME_CHARS
 
-from ..errors import query_error
 from ..deps import SettingsDep, StoreDep, require_writer
 from ..lookups import run_read
 from .common import ERRORS, WRITE_ERRORS, check_text
@@ -116,19 +115,21 @@ def upload_artifacts(body: ArtifactSetIn, request: Request, store: StoreDep,
 
 
 @router.get("/v1/artifacts", response_model=list[ArtifactSetOut], responses=ERRORS)
-async def record_artifacts(store: StoreDep,
-                           env_fingerprint: str = Query(pattern=HEX64),
-                           record_id: int | None = Query(None, ge=1, le=2**31 - 1),
-                           cache_key: str | None = Query(None, pattern=HEX64)) -> Any:
-    """The compile groups of one record, or of the current records under one Triton cache key,
-    under this compile fingerprint (empty: none; the caller compiles). 422 without either."""
-    if (record_id is None) == (cache_key is None):
-        raise query_error("record_id", "give record_id or cache_key (one of them)")
-    if record_id is not None:
-        got = await run_read(store.artifacts_of_record, record_id, env_fingerprint)
-    else:
-        got = await run_read(store.artifacts_by_cache_key, cache_key, env_fingerprint)
-    return [set_json(v) for v in got]
+async def record_artifacts(store: StoreDep, record_id: int = Query(ge=1, le=2**31 - 1),
+                           env_fingerprint: str = Query(pattern=HEX64)) -> Any:
+    """The compile groups of one record under this compile fingerprint (empty: none; the
+    caller compiles)."""
+    return [set_json(v) for v in await run_read(store.artifacts_of_record, record_id,
+                                                env_fingerprint)]
+
+
+@router.get("/v1/artifacts/by-cache-key", response_model=list[ArtifactSetOut], responses=ERRORS)
+async def cache_key_artifacts(store: StoreDep, cache_key: str = Query(pattern=HEX64),
+                              env_fingerprint: str = Query(pattern=HEX64)) -> Any:
+    """The compile group of a current record under one Triton cache key and this fingerprint
+    (what `kernelsearch.triton_cache` asks for when Triton's cache misses a group)."""
+    return [set_json(v) for v in await run_read(store.artifacts_by_cache_key, cache_key,
+                                                env_fingerprint)]
 
 
 @router.get("/v1/artifacts/device", response_model=list[ArtifactSetOut], responses=ERRORS)

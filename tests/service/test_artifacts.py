@@ -77,7 +77,8 @@ def test_upload_then_served_by_record_and_fingerprint_only(store: Store, writer:
                for n, f in got[0]["files"].items())
     other = compiled.env_fingerprint({**ENV, "driver": "575.0"})
     assert writer.get("/v1/artifacts", params={"record_id": rec.id, "env_fingerprint": other}).json() == []
-    by_key = writer.get("/v1/artifacts", params={"cache_key": KEY, "env_fingerprint": FP}).json()
+    by_key = writer.get("/v1/artifacts/by-cache-key", params={"cache_key": KEY,
+                                                               "env_fingerprint": FP}).json()
     assert [s["record_id"] for s in by_key] == [rec.id]
     # Content-addressed: a second record's identical files add no blob.
     rec2, _ = store.upsert_best(record(KB, {"seq_len": 16}, 10.0))

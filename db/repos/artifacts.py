@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from ..checks import kernel_key
 from ..errors import Conflict, NotFound
+from ..statuses import RecordOrigin
 from ..models import (ArtifactBlob, ArtifactFile, ArtifactSet, Case, Device, Kernel, Record,
                       utcnow)
 from ._base import RepoBase
@@ -43,8 +44,9 @@ class ArtifactRepo(RepoBase):
                       uploaded_by: str | None = None, uploaded_from: str | None = None,
                       max_bytes: int | None = None) -> ArtifactSetView:
         """Store one compile group for a record, replacing the set under the same (record, cache
-        key, fingerprint). NotFound: no such record; Conflict: a set without its group's metadata
-        file, or over `max_bytes`. What a file may be is checked by the callers, the route and
+        key, fingerprint) unless that one is a worker's and this an upload. NotFound: no such
+        record; Conflict: a worker's set stays, a set without its group's metadata file, or over
+        `max_bytes`. What a file may be is checked by the callers, the route and
         the worker (`kernels.compiled.refusal`): this layer imports no kernel code."""
         if group not in files:
             raise Conflict(f"{group}: the group's metadata file is not among the files")
@@ -54,6 +56,12 @@ class ArtifactRepo(RepoBase):
         def tx(s: Session) -> ArtifactSetView:
             if s.get(Record, record_id) is None:
                 raise NotFound(f"record {record_id}: no such record")
+            stored = s.execute(select(ArtifactSet.origin).where(
+                ArtifactSet.record_id == record_id, ArtifactSet.cache_key == cache_key,
+                ArtifactSet.env_fingerprint == env_fingerprint)).scalar_one_or_none()
+            if stored == RecordOrigin.WORKER and origin == RecordOrigin.UPLOAD:
+                raise Conflict(f"record {record_id}: a worker's compiled kernel is stored under "
+                               "this cache key and fingerprint; an upload never replaces it")
             s.execute(delete(ArtifactSet).where(
                 ArtifactSet.record_id == record_id, ArtifactSet.cache_key == cache_key,
                 ArtifactSet.env_fingerprint == env_fingerprint))

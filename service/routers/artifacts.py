@@ -84,7 +84,7 @@ def _unprocessable(field: str, msg: str) -> HTTPException:
 def upload_artifacts(body: ArtifactSetIn, request: Request, store: StoreDep,
                      settings: SettingsDep) -> Any:
     """Store a compile group for a record (replacing the record's set under the same cache key
-    and fingerprint). 404: no such record; 413: over KS_ARTIFACT_MAX_BYTES; 422: a file that is
+    and fingerprint; never a worker's: 409). 404: no such record; 413: over KS_ARTIFACT_MAX_BYTES; 422: a file that is
     no Triton compile file (a shared library, a pickle, a path, another suffix), bad base64, or
     a group without its metadata file."""
     files: dict[str, bytes] = {}
@@ -109,8 +109,8 @@ def upload_artifacts(body: ArtifactSetIn, request: Request, store: StoreDep,
             env_fingerprint=env_fingerprint(body.env), group=body.group, files=files,
             origin=RecordOrigin.UPLOAD.value, uploaded_by=TOKEN_UPLOADER if token else ANONYMOUS,
             uploaded_from=request.client.host if request.client else None)
-    except dberr.Conflict as e:
-        raise _unprocessable("files", str(e)) from None
+    except dberr.Conflict as e:  # a worker's set under the same key and fingerprint stays
+        raise HTTPException(409, str(e)) from None
     return set_json(got)
 
 

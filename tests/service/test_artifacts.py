@@ -108,12 +108,17 @@ def test_writes_need_the_token_and_a_record_and_stay_bounded(store: Store, write
     assert writer.post("/v1/artifacts", json=body(rec.id),
                        headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert writer.post("/v1/artifacts", json=body(rec.id + 99), headers=AUTH).status_code == 404
+    store.put_artifacts(rec.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                        files=FILES, origin="worker")
+    r = writer.post("/v1/artifacts", json=body(rec.id, {**FILES, "k.ptx": b"// other"}), headers=AUTH)
+    assert r.status_code == 409 and "worker" in r.text
+    [kept] = store.artifacts_of_record(rec.id, FP)
+    assert kept.origin == "worker" and kept.files == FILES
     r = writer.get("/v1/artifacts", params={"env_fingerprint": FP})
     assert r.status_code == 422
     with TestClient(create_app(settings_for(store.url, artifact_max_bytes=100),
                                store=store)) as small:
         assert small.post("/v1/artifacts", json=body(rec.id)).status_code == 413
-    assert blobs(store) == 0
 
 
 def test_withdrawing_a_record_withdraws_its_artifacts(store: Store, writer: TestClient) -> None:

@@ -51,7 +51,6 @@ STATS = Stats()
 _lock = threading.Lock()
 _asked: set[int] = set()          # records whose sets this process asked for already
 _asked_keys: set[str] = set()     # Triton cache keys asked for already
-_by_cache_key: dict[str, dict[str, Any]] = {}   # prefetched sets, by Triton's cache key
 _prefetched = False
 # Rendezvous of a shared key: its record's id (from the store's answer) and its compiled
 # kernel (from the first launch), whichever comes second uploads the group.
@@ -68,7 +67,6 @@ def reset() -> None:
     with _lock:
         _asked.clear()
         _asked_keys.clear()
-        _by_cache_key.clear()
         _records.clear()
         _handles.clear()
         _uploaded.clear()
@@ -128,9 +126,21 @@ def _fetch(record_id: int | None = None, cache_key: str | None = None) -> list[d
         except Exception as exc:  # a store without the table (older schema): the service
             log.debug("local store has no compiled kernels: %s", exc)
     if not sets and client is not None:
-        sets = client.artifacts(fp, record_id=record_id, cache_key=cache_key)
+        sets = _asking_service(lambda: client.artifacts(fp, record_id=record_id, cache_key=cache_key))
     STATS.add("fetched_sets", len(sets))
     return sets
+
+
+def _asking_service(ask: Any) -> Any:
+    """A request to the service; one that fails leaves the service alone for
+    KS_AUTOTUNE_RETRY_S, as the decorator's lookups do (a cold host's compiles ask no more)."""
+    from kernelsearch.service.autotune import BACKENDS, Options
+
+    try:
+        return ask()
+    except Exception as exc:
+        BACKENDS._service_failed(exc, Options.from_env().retry_s)
+        raise
 
 
 def record_id_of(found: Any) -> int | None:
@@ -159,19 +169,20 @@ def before_first_launch(kernel: str, found: Any) -> None:
 
 
 def group_for_cache_key(cache_key: str) -> bool:
-    """Triton's cache manager missed this compile group: install it from the prefetched sets,
-    else from the store or service (one request per key and process); whether it is there now."""
-    if os.environ.get(PREFETCH_ENV) == "1" and not _prefetched:
-        prefetch()
-    with _lock:
-        st = _by_cache_key.pop(cache_key, None)
-        asked = ("key:" + cache_key) in _asked_keys
-        _asked_keys.add("key:" + cache_key)
-    if st is not None:
-        return install([st]) == 1
-    if asked or _prefetched:
-        return False
-    return install(_fetch(cache_key=cache_key)) > 0
+    """Triton's cache manager missed this compile group: install it from the store or service
+    (one request per key and process; none after a prefetch); whether it is there now.
+    Never raises (a failure is a miss: Triton compiles)."""
+    def body() -> bool:
+        if os.environ.get(PREFETCH_ENV) == "1" and not _prefetched:
+            prefetch()
+        with _lock:
+            asked = cache_key in _asked_keys
+            _asked_keys.add(cache_key)
+        if asked or _prefetched:  # a prefetch installed every group there is
+            return False
+        return install(_fetch(cache_key=cache_key)) > 0
+
+    return guard.guarded(cache_key[:12], "fetching a compile group", body, False)
 
 
 def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) -> int:
@@ -196,7 +207,7 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
             except Exception as exc:
                 log.debug("local store has no compiled kernels: %s", exc)
         if not sets and client is not None:
-            sets = client.device_artifacts(name, fp, kernels)
+            sets = _asking_service(lambda: client.device_artifacts(name, fp, kernels))
         STATS.add("fetched_sets", len(sets))
         with _lock:
             _prefetched = True

@@ -274,3 +274,28 @@ def test_get_kernels_provider_installs_an_exact_records_group(local_store: Store
         assert local_group() == FILES
     finally:
         set_resolver(None)
+
+
+def test_a_service_that_fails_is_left_alone_and_nothing_fails(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """An unreachable service: the compile group is a miss (Triton compiles), no error, and the
+    next miss does not ask again within KS_AUTOTUNE_RETRY_S."""
+    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.service.client import Client
+
+    asked: list[str] = []
+
+    def down(self: Any, method: str, path: str, **kw: Any) -> Any:
+        asked.append(path)
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(Client, "_request", down)
+    monkeypatch.setenv("KS_SERVICE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
+    BACKENDS.reset()
+    try:
+        assert artifacts.group_for_cache_key(KEY) is False
+        assert artifacts.group_for_cache_key(hashlib.sha256(b"another").hexdigest()) is False
+        assert asked == ["/v1/artifacts/by-cache-key"]
+    finally:
+        BACKENDS.reset()

@@ -171,10 +171,14 @@ def all_modes(lib: str, work: Path, service: str, budget_s: float, modes: list[s
                        TRITON_REMOTE_CACHE_BACKEND="triton_redis:RedisBackend",
                        PYTHONPATH=f"{env.get('PYTHONPATH', '')}:{here}")
         err = work / f"{lib}-{mode}.err"
-        with err.open("w") as fh:
-            p = subprocess.run([sys.executable, __file__, "run", "--lib", lib, "--mode", mode,
-                                "--work", str(work)], env=env, stdout=subprocess.PIPE,
-                               stderr=fh, text=True, timeout=max(10.0, left - 5), check=False)
+        try:
+            with err.open("w") as fh:
+                p = subprocess.run([sys.executable, __file__, "run", "--lib", lib, "--mode", mode,
+                                    "--work", str(work)], env=env, stdout=subprocess.PIPE,
+                                   stderr=fh, text=True, timeout=max(10.0, left - 5), check=False)
+        except subprocess.TimeoutExpired:
+            print(f"{mode}: timed out (the budget ran out)")
+            continue
         line = (p.stdout.strip().splitlines() or ["(no output)"])[-1]
         print(line if p.returncode == 0 else f"{mode}: exit {p.returncode}; {err.read_text()[-600:]}")
 

@@ -185,20 +185,23 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       $KS records list 2>/dev/null | grep -c -E "liger|gemlite" | sed 's/^/liger and gemlite records in the store: /'
       $KS records export $D/records.json >/dev/null; kill $API ;;
     issue34)
-      D=$OUT/issue34; W=/tmp/ks34; rm -rf $W; mkdir -p $D $W
+      # $OUT/issue34 keeps 3 files (the device returns few): table.txt, summary.json and logs.tar.gz
+      # (each mode's stderr, the service's log, the records).
+      D=$OUT/issue34; W=/tmp/ks34; rm -rf $W $D; mkdir -p $D $W
       export KS_DATABASE_URL=sqlite:///$W/kernelsearch.db
       $KS db upgrade >/dev/null
-      $KS serve --no-worker --port 8734 > $D/api.log 2>&1 &
+      $KS serve --no-worker --port 8734 > $W/api.log 2>&1 &
       API=$!
       for _ in $(seq 60); do curl -sf http://127.0.0.1:8734/healthz >/dev/null && break; sleep 1; done
-      curl -sf http://127.0.0.1:8734/healthz >/dev/null || { echo "the service did not start:"; tail -3 $D/api.log; }
+      curl -sf http://127.0.0.1:8734/healthz >/dev/null || { echo "the service did not start:"; tail -3 $W/api.log; }
+      (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && echo "redis: up on 6379" || echo "redis: not up (the redis modes skip)"
       for lib in ${ISSUE34_LIBS:-gemlite}; do
         python3 docs/benchmarks/issue34_artifacts.py all --lib $lib --work $W \
-          --service http://127.0.0.1:8734 --budget-s ${ISSUE34_S:-270}
+          --service http://127.0.0.1:8734 --budget-s ${ISSUE34_S:-300}
       done
       python3 docs/benchmarks/issue34_artifacts.py table $W --out $D/summary.json | tee $D/table.txt
-      cp $W/*.err $D/ 2>/dev/null
-      $KS records export $D/records.json >/dev/null; kill $API ;;
+      $KS records export $W/records.json >/dev/null; kill $API
+      (cd $W && tar czf $D/logs.tar.gz *.err api.log records.json 2>/dev/null) ;;
     helion)
       # .whl/ must add helion 1.4.0 and the dependencies the host lacks (filecheck, scikit-learn, ...).
       D=$OUT/issue25; mkdir -p $D

@@ -9,12 +9,12 @@ for the decorator swap, in fresh processes, each with its own fresh Triton cache
   ks-served     second host: configs and compiled kernels served (expected: 0 benchmarks, 0
                 compiles of the served kernels)
   ks-warm       the ks-served host again, its Triton cache kept: configs served, kernels local
-  ks-prefetch   a fresh host with KS_PREFETCH=1: every group of the device in one request
-  ks-otherfp    a fresh host whose compile fingerprint differs (KS_ARTIFACT_ENV stands for
-                another driver): it must compile, not load, and still match triton.autotune
   redis-first   `triton.autotune` with TRITON_CACHE_AUTOTUNING=1 and Triton's RemoteCacheManager
                 over Redis (docs/benchmarks/triton_redis.py), an emptied Redis
   redis-second  the same on a fresh host: Triton's own shipping of compiled kernels
+  ks-prefetch   a fresh host with KS_PREFETCH=1: every group of the device in one request
+  ks-otherfp    a fresh host whose compile fingerprint differs (KS_ARTIFACT_ENV stands for
+                another driver): it must compile, not load, and still match triton.autotune
 
 Each run records the time from the first call to all results, the configs benchmarked
 (`Autotuner._bench` calls), the compiles and cache hits (`triton.knobs.compilation.listener`:
@@ -22,7 +22,7 @@ Each run records the time from the first call to all results, the configs benchm
 seconds (built on each host, as always: never shipped), the kernels compiled by name, kernelsearch's sources and artifact counts; `table` sets them side by side with every
 op's output against triton.autotune's.
 
-    python3 issue34_artifacts.py all --lib gemlite --work DIR --service URL [--budget-s 270]
+    python3 issue34_artifacts.py all --lib gemlite --work DIR --service URL [--budget-s 300]
     python3 issue34_artifacts.py table DIR
 """
 from __future__ import annotations
@@ -38,8 +38,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-MODES = ("triton", "ks-first", "ks-served", "ks-warm", "ks-prefetch", "ks-otherfp",
-         "redis-first", "redis-second")
+# In the order they run: the Redis hosts before the modes a short budget may skip.
+MODES = ("triton", "ks-first", "ks-served", "ks-warm", "redis-first", "redis-second",
+         "ks-prefetch", "ks-otherfp")
+# Each mode's own time limit, whatever the budget has left (a first host tunes ~35 s on the
+# H200, a process's start-up ~15 s); a mode starts while the budget has 15 s left.
+COLD = ("triton", "ks-first", "redis-first")
+COLD_TIMEOUT_S, WARM_TIMEOUT_S = 110.0, 60.0
 OTHER_DRIVER = json.dumps({"driver": "simulated-other-driver 999.0"})
 
 
@@ -140,7 +145,8 @@ def _redis_up() -> bool:
 
 
 def all_modes(lib: str, work: Path, service: str, budget_s: float, modes: list[str]) -> None:
-    """Each mode in its own fresh process and Triton cache, within `budget_s` in all."""
+    """Each mode in its own fresh process and Triton cache; a mode starts while `budget_s` has
+    15 s left and runs to its own limit (the step may pass the budget by one mode's limit)."""
     end = time.monotonic() + budget_s
     here = Path(__file__).resolve().parent
     for mode in modes:
@@ -171,13 +177,14 @@ def all_modes(lib: str, work: Path, service: str, budget_s: float, modes: list[s
                        TRITON_REMOTE_CACHE_BACKEND="triton_redis:RedisBackend",
                        PYTHONPATH=f"{env.get('PYTHONPATH', '')}:{here}")
         err = work / f"{lib}-{mode}.err"
+        limit = COLD_TIMEOUT_S if mode in COLD else WARM_TIMEOUT_S
         try:
             with err.open("w") as fh:
                 p = subprocess.run([sys.executable, __file__, "run", "--lib", lib, "--mode", mode,
                                     "--work", str(work)], env=env, stdout=subprocess.PIPE,
-                                   stderr=fh, text=True, timeout=max(10.0, left - 5), check=False)
+                                   stderr=fh, text=True, timeout=limit, check=False)
         except subprocess.TimeoutExpired:
-            print(f"{mode}: timed out (the budget ran out)")
+            print(f"{mode}: timed out after its {limit:.0f} s")
             continue
         line = (p.stdout.strip().splitlines() or ["(no output)"])[-1]
         print(line if p.returncode == 0 else f"{mode}: exit {p.returncode}; {err.read_text()[-600:]}")
@@ -217,8 +224,16 @@ def table(work: Path, out: Path | None) -> str:
             lines.append(f"second host vs the same host warm: {s:.2f} s vs {w:.2f} s; within 10% or 1 s: "
                          f"{s <= max(w * 1.1, w + 1.0)}")
         if "ks-served" in rows and "redis-second" in rows:
-            lines.append(f"second host: kernelsearch {rows['ks-served']['first_call_to_results_s']:.2f} s, "
-                         f"Triton's Redis manager {rows['redis-second']['first_call_to_results_s']:.2f} s")
+            k, r = rows["ks-served"], rows["redis-second"]
+            lines.append(f"kernelsearch second host vs Triton Redis second host: "
+                         f"{k['first_call_to_results_s']:.2f} s vs {r['first_call_to_results_s']:.2f} s "
+                         f"({k['compiles']} vs {r['compiles']} compiles, {k['configs_benchmarked']} vs "
+                         f"{r['configs_benchmarked']} benchmarked); ahead: "
+                         f"{k['first_call_to_results_s'] <= r['first_call_to_results_s']}")
+        if "ks-prefetch" in rows and "ks-warm" in rows:
+            p_, w = rows["ks-prefetch"]["first_call_to_results_s"], rows["ks-warm"]["first_call_to_results_s"]
+            lines.append(f"prefetching host vs the same host warm: {p_:.2f} s vs {w:.2f} s; within 10% or 1 s: "
+                         f"{p_ <= max(w * 1.1, w + 1.0)}")
         if "ks-otherfp" in rows:
             o = rows["ks-otherfp"]
             lines.append(f"another fingerprint compiled (not loaded): {o['compiles'] > 0 and not o['artifacts']['installed']}"
@@ -241,7 +256,7 @@ def main() -> int:
     a_.add_argument("--lib", required=True, choices=("liger", "gemlite"))
     a_.add_argument("--work", type=Path, required=True)
     a_.add_argument("--service", required=True)
-    a_.add_argument("--budget-s", type=float, default=270.0)
+    a_.add_argument("--budget-s", type=float, default=300.0)
     a_.add_argument("--modes", default=",".join(MODES))
     t = sub.add_parser("table")
     t.add_argument("work", type=Path)

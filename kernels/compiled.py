@@ -14,13 +14,21 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-# Triton 3.6's CUDA group: <name>.json (metadata), .cubin, .ptx, .ttir, .ttgir, .llir, .source.
-SUFFIXES = (".json", ".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".source")
+# Triton 3.6's CUDA group: <name>.json (metadata), .cubin, .ptx, .ttir, .ttgir, .llir, .source;
+# and <name>.launcher: the kernel's argument types as JSON (data, not code), from which a host
+# that installs the group generates its launcher's C source with its own Triton and builds it
+# before the first launch, several kernels' launchers at once (`build_launchers`).
+LAUNCHER_SUFFIX = ".launcher"
+SUFFIXES = (".json", ".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".source", LAUNCHER_SUFFIX)
+# An argument type a launcher spec may name: Triton's scalar and pointer types, constexpr and
+# nvTmaDesc (tensor descriptors are left to Triton's own build at the first launch).
+_ARG_TYPE = re.compile(r"\*?k?(i1|i8|i16|i32|i64|u1|u8|u16|u32|u64|fp8e4nv|fp8e5|fp8e4b15|fp8e4b8|"
+                       r"fp8e5b16|fp16|bf16|fp32|f32|fp64)|constexpr|nvTmaDesc")
 CODE_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".pkl", ".pickle", ".pt", ".pyc")
 MAX_NAME_CHARS = 200
 GROUP_PREFIX = "__grp__"
@@ -44,6 +52,8 @@ def refusal(name: str, data: bytes) -> str | None:
         return f"{name}: shared libraries and pickles are never stored (code that runs on load)"
     if not low.endswith(SUFFIXES):
         return f"{name}: not a Triton compile file ({', '.join(SUFFIXES)})"
+    if low.endswith(LAUNCHER_SUFFIX) and launcher_signature(data) is None:
+        return f"{name}: a launcher spec is a JSON list of Triton argument types"
     if data[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"):
         return f"{name}: a pickle stream is never stored"
     if data[:4] == _ELF:
@@ -51,6 +61,82 @@ def refusal(name: str, data: bytes) -> str | None:
         if not low.endswith(".cubin") or machine != _EM_CUDA:
             return f"{name}: an ELF file that is not a CUDA cubin (a shared library?)"
     return None
+
+
+def launcher_signature(data: bytes) -> tuple[Any, ...] | None:
+    """The argument types a launcher spec holds (lists as tuples, as Triton has them), or None
+    when it is not a JSON list of at most 512 types `_ARG_TYPE` accepts (nested: tuple args)."""
+    def ok(v: Any, depth: int) -> bool:
+        if isinstance(v, str):
+            return _ARG_TYPE.fullmatch(v) is not None
+        return isinstance(v, list) and depth < 3 and all(ok(x, depth + 1) for x in v)
+
+    def tup(v: Any) -> Any:
+        return tuple(tup(x) for x in v) if isinstance(v, list) else v
+
+    try:
+        sig = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(sig, list) or len(sig) > 512 or not all(ok(v, 0) for v in sig):
+        return None
+    return tuple(tup(v) for v in sig)
+
+
+def launcher_spec(handle: Any) -> bytes | None:
+    """A compiled kernel's launcher spec (its argument types in order, as JSON), or None when
+    Triton's own build at the first launch is left to make its launcher (tensor descriptors)."""
+    sig = getattr(getattr(handle, "src", None), "signature", None)
+    if not isinstance(sig, Mapping):
+        return None
+
+    def js(v: Any) -> Any:
+        return [js(x) for x in v] if isinstance(v, tuple) else v
+
+    data = json.dumps([js(v) for v in sig.values()]).encode()
+    return data if launcher_signature(data) is not None else None
+
+
+def _cuda_driver() -> Any:
+    """Triton's CUDA driver module when it is the active driver (its launchers are what
+    `build_launchers` builds), else None (the interpreter, another backend)."""
+    try:
+        from triton.backends.nvidia import driver as nv
+        from triton.runtime.driver import driver
+
+        return nv if driver.active.launcher_cls is nv.CudaLauncher else None
+    except Exception:
+        return None
+
+
+def build_launchers(groups: Sequence[Mapping[str, bytes]], workers: int = 8) -> int:
+    """Build the launchers of installed groups into the local Triton cache at once (each a C
+    compiler run, in threads), from each group's launcher spec and metadata with this host's
+    Triton (`make_launcher`, `compile_module_from_src`: the file and cache key Triton's launch
+    looks for, so it builds nothing); how many were built or found. Never raises."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(files: Mapping[str, bytes]) -> bool:
+        try:
+            spec = next((d for n, d in files.items() if n.endswith(LAUNCHER_SUFFIX)), None)
+            meta = next((d for n, d in files.items() if n.endswith(".json")), None)
+            sig = launcher_signature(spec) if spec is not None else None
+            if sig is None or meta is None or nv is None:
+                return False
+            # CudaLauncher.__init__'s own two steps (its constants are unused by make_launcher).
+            src = nv.make_launcher({}, dict(enumerate(sig)), json.loads(meta).get("tensordesc_meta"))
+            nv.compile_module_from_src(src=src, name="__triton_launcher", library_dirs=nv.library_dirs(),
+                                       include_dirs=nv.include_dirs, libraries=nv.libraries)
+            return True
+        except Exception:  # Triton builds it at the first launch, as without a spec
+            return False
+
+    todo = [g for g in groups if any(n.endswith(LAUNCHER_SUFFIX) for n in g)]
+    nv = _cuda_driver() if todo else None
+    if nv is None:
+        return 0
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo)))) as pool:
+        return sum(pool.map(one, todo))
 
 
 def env_fingerprint(env: Mapping[str, Any]) -> str:
@@ -129,6 +215,9 @@ def group_of(handle: Any) -> tuple[str, str, dict[str, bytes]] | None:
     if group is None:
         return None
     files = {name: Path(path).read_bytes() for name, path in paths.items()}
+    spec = launcher_spec(handle)
+    if spec is not None:
+        files[group[: -len(".json")] + LAUNCHER_SUFFIX] = spec
     if any(refusal(n, d) for n, d in files.items()):
         return None
     return cache_key, group, files
@@ -141,7 +230,11 @@ def compiled_ref(handle: Any) -> dict[str, Any] | None:
     got = group_of(handle)
     if got is None:
         return None
-    return {"cache_key": got[0], "group": got[1], "env": environment()}
+    ref = {"cache_key": got[0], "group": got[1], "env": environment()}
+    spec = got[2].get(got[1][: -len(".json")] + LAUNCHER_SUFFIX)
+    if spec is not None:
+        ref["launcher"] = spec.decode()
+    return ref
 
 
 def read_group(cache_key: str, group: str) -> dict[str, bytes] | None:

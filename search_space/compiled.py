@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernelsearch.db.statuses import RecordOrigin
-from kernelsearch.kernels.compiled import env_fingerprint, read_group, refusal
+from kernelsearch.kernels.compiled import LAUNCHER_SUFFIX, env_fingerprint, read_group, refusal
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,8 @@ def store_compiled(store: Any, record_id: int, ref: Mapping[str, Any] | None) ->
         if files is None:
             log.info("record %s: its compile group is no longer in this host's Triton cache", record_id)
             return False
+        if ref.get("launcher"):
+            files[str(ref["group"])[: -len(".json")] + LAUNCHER_SUFFIX] = str(ref["launcher"]).encode()
         bad = [why for n, d in files.items() if (why := refusal(n, d))]
         if bad:
             log.warning("record %s: compile group not stored: %s", record_id, bad[0])

@@ -674,6 +674,9 @@ class Autotuner(TritonAutotuner):
             self.pre_hook = self._reset_and_save
         if not self.user_defined_post_hook and self.restore_value:
             self.post_hook = self._restore
+        from kernelsearch import artifacts  # KS_PREFETCH=1: compiled kernels fetched meanwhile
+
+        guard.guarded(self._name(), "prefetching compiled kernels", artifacts.prefetch_soon, None)
 
     def served_for_compile(self, ints: tuple, tensors: tuple, nones: tuple) -> int:
         """The index in `configs` of this key's served config (exact, of this code and this

@@ -126,8 +126,9 @@ def run(lib: str, mode: str, work: Path) -> dict:
 
         BACKENDS.drain(60)
         s = artifacts.STATS
-        got["artifacts"] = {"installed": s.installed, "uploaded": s.uploaded,
-                            "rejected": s.rejected, "fetched_sets": s.fetched_sets}
+        got["artifacts"] = {"installed": s.installed, "launchers": s.launchers, "uploaded": s.uploaded,
+                            "rejected": s.rejected, "fetched_sets": s.fetched_sets,
+                            "prefetch_s": round(s.prefetch_s, 2)}
         got["environment"] = environment()
     work.mkdir(parents=True, exist_ok=True)
     torch.save(outs, work / f"{lib}-{mode}.pt")

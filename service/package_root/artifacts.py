@@ -19,6 +19,7 @@ import base64
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,8 @@ from kernelsearch.service import guard
 log = logging.getLogger(__name__)
 
 PREFETCH_ENV = "KS_PREFETCH"
+# A first launch waits this long at most for the background prefetch the user asked for.
+PREFETCH_WAIT_S = 10.0
 
 
 @dataclass
@@ -37,12 +40,14 @@ class Stats:
     """What this module did in this process (tests and the benchmarks read it)."""
 
     installed: int = 0
+    launchers: int = 0  # launchers built at install, before the first launch (from the specs)
     uploaded: int = 0
     rejected: int = 0
     fetched_sets: int = 0
+    prefetch_s: float = 0.0  # the prefetch's own time (in the background under KS_PREFETCH=1)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, what: str, n: int = 1) -> None:
+    def add(self, what: str, n: float = 1) -> None:
         with self.lock:
             setattr(self, what, getattr(self, what) + n)
 
@@ -52,6 +57,7 @@ _lock = threading.Lock()
 _asked: set[int] = set()          # records whose sets this process asked for already
 _asked_keys: set[str] = set()     # Triton cache keys asked for already
 _prefetched = False
+_prefetch_thread: threading.Thread | None = None
 # Rendezvous of a shared key: its record's id (from the store's answer) and its compiled
 # kernel (from the first launch), whichever comes second uploads the group.
 _records: dict[tuple[str, str, str], int] = {}
@@ -61,9 +67,10 @@ _uploaded: set[tuple[str, str, str]] = set()
 
 def reset() -> None:
     """Forget what this process fetched, installed and noted, and its counts (tests)."""
-    global _prefetched
+    global _prefetched, _prefetch_thread
     with STATS.lock:
-        STATS.installed = STATS.uploaded = STATS.rejected = STATS.fetched_sets = 0
+        STATS.installed = STATS.launchers = STATS.uploaded = STATS.rejected = STATS.fetched_sets = 0
+        STATS.prefetch_s = 0.0
     with _lock:
         _asked.clear()
         _asked_keys.clear()
@@ -71,6 +78,7 @@ def reset() -> None:
         _handles.clear()
         _uploaded.clear()
         _prefetched = False
+        _prefetch_thread = None
 
 
 def _backends(slow: bool = False) -> tuple[Any, Any]:
@@ -95,8 +103,10 @@ def _wire(view: Any) -> dict[str, Any]:
 
 def install(sets: Sequence[Mapping[str, Any]]) -> int:
     """Install each set whose fingerprint is this host's and whose files all hash to what the
-    set says; how many were installed (a set refused is counted in STATS.rejected)."""
-    mine, done = compiled.fingerprint(), 0
+    set says, then build their launchers at once (`compiled.build_launchers`: each launch would
+    build its own, one after another); how many sets were installed (a set refused is counted
+    in STATS.rejected)."""
+    mine, done = compiled.fingerprint(), []
     for st in sets:
         try:
             files = {n: base64.b64decode(f["data"], validate=True) for n, f in st["files"].items()}
@@ -107,11 +117,12 @@ def install(sets: Sequence[Mapping[str, Any]]) -> int:
             log.warning("kernelsearch: a compiled kernel's set is malformed (%s); compiling", exc)
             ok = False
         if ok:
-            done += 1
+            done.append(files)
         else:
             STATS.add("rejected")
-    STATS.add("installed", done)
-    return done
+    STATS.add("installed", len(done))
+    STATS.add("launchers", compiled.build_launchers(done))
+    return len(done)
 
 
 def _fetch(record_id: int | None = None, cache_key: str | None = None) -> list[dict[str, Any]]:
@@ -154,8 +165,7 @@ def before_first_launch(kernel: str, found: Any) -> None:
     """A served key on this host, before its first launch: install its record's compile groups
     (once per record and process). Inside the guard: any failure is a compile as today."""
     def body() -> None:
-        if os.environ.get(PREFETCH_ENV) == "1" and not _prefetched:
-            prefetch()
+        _await_prefetch()
         rid = record_id_of(found)
         if rid is None:
             return
@@ -173,8 +183,7 @@ def group_for_cache_key(cache_key: str) -> bool:
     (one request per key and process; none after a prefetch); whether it is there now.
     Never raises (a failure is a miss: Triton compiles)."""
     def body() -> bool:
-        if os.environ.get(PREFETCH_ENV) == "1" and not _prefetched:
-            prefetch()
+        _await_prefetch()
         with _lock:
             asked = cache_key in _asked_keys
             _asked_keys.add(cache_key)
@@ -183,6 +192,34 @@ def group_for_cache_key(cache_key: str) -> bool:
         return install(_fetch(cache_key=cache_key)) > 0
 
     return guard.guarded(cache_key[:12], "fetching a compile group", body, False)
+
+
+def prefetch_soon() -> None:
+    """Under KS_PREFETCH=1, start this process's prefetch in the background (once), at its first
+    decorated kernel: the request, the installs and the launcher builds overlap the program's
+    own start-up instead of its first calls."""
+    global _prefetch_thread
+    if os.environ.get(PREFETCH_ENV) != "1":
+        return
+    with _lock:
+        if _prefetch_thread is not None or _prefetched:
+            return
+        _prefetch_thread = threading.Thread(target=prefetch, name="kernelsearch-prefetch", daemon=True)
+        thread = _prefetch_thread
+    thread.start()
+
+
+def _await_prefetch() -> None:
+    """Under KS_PREFETCH=1, before a served key's first launch: the prefetch has installed what
+    it found (the background one waited on for at most PREFETCH_WAIT_S, else run now). Past
+    the bound the key's own set is fetched, as without a prefetch."""
+    if os.environ.get(PREFETCH_ENV) != "1" or _prefetched:
+        return
+    thread = _prefetch_thread
+    if thread is None:
+        prefetch()
+    else:
+        thread.join(PREFETCH_WAIT_S)
 
 
 def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) -> int:
@@ -194,6 +231,8 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
     def body() -> int:
         global _prefetched
         import torch
+
+        t0 = time.perf_counter()
 
         client, store = _backends(slow=True)
         name = device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
@@ -210,9 +249,12 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
             sets = _asking_service(lambda: client.device_artifacts(name, fp, kernels))
         STATS.add("fetched_sets", len(sets))
         with _lock:
-            _prefetched = True
             _asked.update(int(s["record_id"]) for s in sets)
-        return install(sets)
+        done = install(sets)
+        with _lock:
+            _prefetched = True
+        STATS.add("prefetch_s", time.perf_counter() - t0)
+        return done
 
     with _lock:
         if _prefetched and kernels is None:

@@ -299,3 +299,54 @@ def test_a_service_that_fails_is_left_alone_and_nothing_fails(monkeypatch: pytes
         assert asked == ["/v1/artifacts/by-cache-key"]
     finally:
         BACKENDS.reset()
+
+
+def test_a_launcher_spec_is_argument_types_and_builds_triton_s_own_launcher(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The spec a set carries is data (argument types Triton knows); the launcher a host builds
+    from it at install is the C source CudaLauncher generates for the same kernel, so Triton's
+    first launch finds it in the cache; anything else in a spec is refused, never compiled."""
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia import driver as nv
+
+    sig = {"x": "*fp32", "n": "i32", "pair": ("*kfp16", "i64"), "BLOCK": "constexpr"}
+    src = SimpleNamespace(signature=sig, constants={(3,): 64}, fn=SimpleNamespace(arg_names=list(sig)))
+    handle = handle_of(tmp_path, FILES)
+    handle.src = src
+    spec = compiled.launcher_spec(handle)
+    assert spec is not None and compiled.refusal("k.launcher", spec) is None
+    for bad in (b'["i32; system(1)"]', b'{"x": "i32"}', b'["tensordesc<fp16[64]>"]', b"[[[[[\"i32\"]]]]]"):
+        assert compiled.launcher_signature(bad) is None and compiled.refusal("k.launcher", bad)
+    built: list[str] = []
+    monkeypatch.setattr(nv, "compile_module_from_src",
+                        lambda src, **kw: built.append(src) or SimpleNamespace(launch=None))
+    monkeypatch.setattr(nv, "library_dirs", lambda: [])
+    meta = SimpleNamespace(num_ctas=1, global_scratch_size=0, global_scratch_align=1,
+                           profile_scratch_size=0, profile_scratch_align=1,
+                           launch_cooperative_grid=False, launch_pdl=False)
+    nv.CudaLauncher(src, meta)  # what Triton's first launch builds
+    monkeypatch.setattr(compiled, "_cuda_driver", lambda: nv)
+    group = compiled.group_of(handle)
+    assert group is not None and group[2]["k.launcher"] == spec
+    assert compiled.build_launchers([group[2], FILES]) == 1  # the spec-less group: Triton's launch
+    assert len(built) == 2 and built[0] == built[1]
+    assert artifacts.install([wire(group[2])]) == 1 and artifacts.STATS.launchers == 1
+
+
+def test_ks_prefetch_runs_in_the_background_and_a_first_launch_waits_for_it(
+        local_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    view, _ = local_store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                              files=FILES, origin="worker")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: H200)
+    artifacts.prefetch_soon()
+    assert artifacts._prefetch_thread is None  # not asked for: nothing in the background
+    monkeypatch.setenv(artifacts.PREFETCH_ENV, "1")
+    artifacts.prefetch_soon()
+    artifacts.before_first_launch(KA, view)
+    assert local_group() == FILES and artifacts.STATS.installed == 1
+    assert artifacts.STATS.fetched_sets == 1  # the record's own set was not asked for again

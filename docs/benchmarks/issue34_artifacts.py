@@ -12,15 +12,19 @@ for the decorator swap, in fresh processes, each with its own fresh Triton cache
   redis-first   `triton.autotune` with TRITON_CACHE_AUTOTUNING=1 and Triton's RemoteCacheManager
                 over Redis (docs/benchmarks/triton_redis.py), an emptied Redis
   redis-second  the same on a fresh host: Triton's own shipping of compiled kernels
-  ks-prefetch   a fresh host with KS_PREFETCH=1: every group of the device in one request
+  ks-prefetch   a fresh host with KS_PREFETCH=1: every group of the device in one request, in
+                the background from the first decorated kernel (the library's import)
   ks-otherfp    a fresh host whose compile fingerprint differs (KS_ARTIFACT_ENV stands for
                 another driver): it must compile, not load, and still match triton.autotune
 
 Each run records the time from the first call to all results, the configs benchmarked
 (`Autotuner._bench` calls), the compiles and cache hits (`triton.knobs.compilation.listener`:
 `cache_hit` False is a compile), the launcher .so files built with the C compiler and their
-seconds (built on each host, as always: never shipped), the kernels compiled by name, kernelsearch's sources and artifact counts; `table` sets them side by side with every
-op's output against triton.autotune's.
+seconds (built on each host, as always: never shipped), the kernels compiled by name,
+kernelsearch's sources, artifact counts (sets installed, launchers built at install, the
+prefetch's own seconds) and service requests by route, and the whole process's seconds
+(start-up included: a background prefetch's work is there); `table` sets them side by side
+with every op's output against triton.autotune's.
 
     python3 issue34_artifacts.py all --lib gemlite --work DIR --service URL [--budget-s 300]
     python3 issue34_artifacts.py table DIR
@@ -79,6 +83,7 @@ def run(lib: str, mode: str, work: Path) -> dict:
         finally:
             builds.append(time.perf_counter() - t)
 
+    requests: dict[str, int] = {}
     Autotuner._bench = counting
     knobs.compilation.listener = listener
     build._build = timed_build
@@ -90,6 +95,15 @@ def run(lib: str, mode: str, work: Path) -> dict:
         logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
         logging.getLogger("kernelsearch").setLevel(logging.INFO)
         triton.autotune = kernelsearch.autotune
+        from kernelsearch.service.client import Client
+
+        real_request = Client._request
+
+        def counted(self, method, path, **kw):  # the service round trips, by route
+            requests[f"{method} {path}"] = requests.get(f"{method} {path}", 0) + 1
+            return real_request(self, method, path, **kw)
+
+        Client._request = counted
     got: dict = {"lib": lib, "mode": mode, "errors": {}}
     try:
         ops = liger_ops() if lib == "liger" else gemlite_ops()
@@ -130,6 +144,7 @@ def run(lib: str, mode: str, work: Path) -> dict:
                             "rejected": s.rejected, "fetched_sets": s.fetched_sets,
                             "prefetch_s": round(s.prefetch_s, 2)}
         got["environment"] = environment()
+        got["requests"] = requests
     work.mkdir(parents=True, exist_ok=True)
     torch.save(outs, work / f"{lib}-{mode}.pt")
     (work / f"{lib}-{mode}.json").write_text(json.dumps(got, indent=1, default=str))
@@ -177,7 +192,7 @@ def all_modes(lib: str, work: Path, service: str, budget_s: float, modes: list[s
                        TRITON_CACHE_MANAGER="triton.runtime.cache:RemoteCacheManager",
                        TRITON_REMOTE_CACHE_BACKEND="triton_redis:RedisBackend",
                        PYTHONPATH=f"{env.get('PYTHONPATH', '')}:{here}")
-        err = work / f"{lib}-{mode}.err"
+        err, t0 = work / f"{lib}-{mode}.err", time.monotonic()
         limit = COLD_TIMEOUT_S if mode in COLD else WARM_TIMEOUT_S
         try:
             with err.open("w") as fh:
@@ -188,6 +203,10 @@ def all_modes(lib: str, work: Path, service: str, budget_s: float, modes: list[s
             print(f"{mode}: timed out after its {limit:.0f} s")
             continue
         line = (p.stdout.strip().splitlines() or ["(no output)"])[-1]
+        out = work / f"{lib}-{mode}.json"
+        if p.returncode == 0 and out.exists():  # the whole process too: work before the first call
+            out.write_text(json.dumps({**json.loads(out.read_text()),
+                                       "process_s": round(time.monotonic() - t0, 1)}, indent=1))
         print(line if p.returncode == 0 else f"{mode}: exit {p.returncode}; {err.read_text()[-600:]}")
 
 
@@ -216,6 +235,8 @@ def table(work: Path, out: Path | None) -> str:
                          f"{max(errs) if errs else float('nan'):.2e}"
                          f"{' missing ' + str(missing) if missing else ''}  "
                          f"{r.get('sources', {})} {r.get('artifacts', '')}")
+            lines.append(f"{'':13} process {r.get('process_s', '?')} s; service requests "
+                         f"{r.get('requests', {})}")
             if r["compiles"] and m in ("ks-served", "ks-warm", "ks-prefetch"):
                 lines.append(f"{'':13} compiled: {r['compiled']}")
             for op, e in r["errors"].items():

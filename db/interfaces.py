@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
     from .statuses import JobStatus
-    from .views import (HelionEntryIn, HelionEntryView, ImportReport, JobView, RecordIn,
-                        RecordView, Withdrawal)
-    from .repos.artifacts import ArtifactSetView
+    from .views import (Accepted, ArtifactSetView, HelionEntryIn, HelionEntryView, ImportReport,
+                        JobView, RecordIn, RecordView, Withdrawal)
     from .wire import EntryCheck
 
 
@@ -114,7 +113,7 @@ class StudyClaims(Protocol):
 class RecordRepository(Protocol):
     """Best records per (kernel, case, device), with their history and the nearest-case lookup."""
 
-    def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]: ...
+    def upsert_best(self, rec: Accepted[RecordIn]) -> tuple[RecordView, bool]: ...
 
     def find_best(self, kernel: str, device: str, axes: dict[str, Any],
                   distance: Callable[[dict[str, Any], float], float],
@@ -158,7 +157,7 @@ class RecordTransfer(Protocol):
     def export_records(self, kernel: str | None = None, device: str | None = None,
                        include_history: bool = False) -> dict[str, Any]: ...
 
-    def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None,
+    def import_records(self, doc: dict[str, Any], *, check: EntryCheck,
                        keep_going: bool = False) -> ImportReport: ...
 
     def withdraw_record(self, record_id: int) -> Withdrawal: ...
@@ -179,7 +178,7 @@ class KernelDefinitions(Protocol):
 class HelionEntries(Protocol):
     """Helion's autotune cache entries under Helion's cache keys (`kernelsearch.helion`)."""
 
-    def put_helion_entry(self, entry: HelionEntryIn) -> HelionEntryView: ...
+    def put_helion_entry(self, entry: Accepted[HelionEntryIn]) -> HelionEntryView: ...
 
     def get_helion_entry(self, cache_key: str) -> HelionEntryView | None: ...
 

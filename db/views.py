@@ -7,10 +7,11 @@ them (tests/db/test_store_contract.py checks it).
 """
 from __future__ import annotations
 
+import copy
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar, final
 
 from .models import utcnow
 from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, JobStatus, RecordOrigin
@@ -19,6 +20,7 @@ __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
     "TrialIn", "RecordView", "ImportReport", "Withdrawal", "RECORD_KEY_FIELDS", "RECORD_COLUMNS",
     "VIEW_COLUMNS", "field_specs", "WORKER_VERSIONS", "HelionEntryIn", "HelionEntryView",
+    "Accepted",
 ]
 
 # The key of a device's info (ks_devices.info) under which a worker reports the torch and triton
@@ -224,3 +226,70 @@ def field_specs(cls: type, names: tuple[str, ...] | None = None) -> dict[str, tu
     if names is not None and len(wanted) != len(names):
         raise ValueError(f"{cls.__name__} has no field {sorted(set(names) - {f.name for f in wanted})}")
     return {f.name: (hints[f.name], ... if f.default is MISSING else f.default) for f in wanted}
+
+
+# The acceptance gate's token (search_space.acceptance, the only module that may name it; a test
+# reads the tree to hold it so). The gate needs the kernels' declarations, which this layer must
+# not import, so the store cannot call the gate itself: instead it takes only an `Accepted`, and
+# only a holder of this token can make one. A plain record given to the store is a TypeError,
+# and a type checker refuses it before it runs.
+_GATE_TOKEN = object()
+
+R = TypeVar("R", RecordIn, HelionEntryIn)
+
+
+@final
+class Accepted(Generic[R]):
+    """A record (or a Helion entry) the acceptance gate passed, as the store writes it. Only the
+    gate makes one; it keeps its own copy, so changing the record afterwards changes nothing
+    stored."""
+
+    __slots__ = ("_value",)
+    _value: R
+
+    def __init__(self, value: R, token: object) -> None:
+        if token is not _GATE_TOKEN:
+            raise TypeError("Accepted: only the acceptance gate (search_space.acceptance) makes one")
+        if not isinstance(value, (RecordIn, HelionEntryIn)):
+            raise TypeError(f"Accepted: expected a RecordIn or HelionEntryIn, got {type(value).__name__}")
+        object.__setattr__(self, "_value", copy.deepcopy(value))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Accepted is read-only")
+
+    @property
+    def value(self) -> R:
+        """A copy of what the gate passed."""
+        return copy.deepcopy(self._value)
+
+    def __repr__(self) -> str:
+        return f"Accepted({self._value!r})"
+
+
+def accepted_value(got: Any, arg: str, kind: type[R]) -> R:
+    """What the store writes from `got`: its gated value; TypeError naming the argument when
+    `got` is not an `Accepted` of `kind` (a record that has not passed the gate)."""
+    if not isinstance(got, Accepted) or not isinstance(got._value, kind):
+        raise TypeError(f"{arg}: expected Accepted[{kind.__name__}] from the acceptance gate "
+                        f"(search_space.acceptance), got {type(got).__name__}")
+    return got.value
+
+
+@dataclass(frozen=True)
+class ArtifactSetView:
+    """An artifact set with its files' bytes, and the record (kernel, case, device, config) it
+    was compiled for."""
+
+    id: int
+    record_id: int
+    kernel: str
+    axes: dict[str, Any]
+    device: str
+    config: dict[str, Any]
+    cache_key: str
+    env_fingerprint: str
+    env: dict[str, Any]
+    group: str
+    origin: str
+    files: dict[str, bytes] = field(repr=False)
+    is_current: bool = True

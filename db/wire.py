@@ -20,7 +20,7 @@ from .errors import ImportRejected
 from .models import TIMING_METHODS, Case, Device, Kernel, Record
 from .portable import dotted, first_unportable
 from .statuses import RECORD_ORIGINS, TRIAL_STATES, RecordOrigin, TrialStatus
-from .views import RecordFields, RecordIn, RecordView, Rejection, TrialIn, field_specs
+from .views import Accepted, RecordFields, RecordIn, RecordView, Rejection, TrialIn, field_specs
 
 EXPORT_SCHEMA = "kernelsearch.records"
 # Version 2 adds each record's trials and its references' latencies; version 3 the definitions
@@ -268,9 +268,10 @@ def validated_record(rec: RecordIn) -> RecordIn:
         raise InvalidRecord(f"rec.{loc}: {msg}", field=loc) from None
 
 
-# Checks an entry beyond its types (e.g. against the kernel's declaration, which this layer does
-# not know): raises ImportRejected with `field` set; the index is added here.
-EntryCheck = Callable[[RecordIn], None]
+# Checks an entry beyond its types (against the kernel's declaration, which this layer does not
+# know: the acceptance gate): the entry as accepted, or ImportRejected with `field` set; the index
+# is added here.
+EntryCheck = Callable[[RecordIn], "Accepted[RecordIn]"]
 
 
 def doc_definitions(doc: Any) -> dict[str, dict[str, Any]]:
@@ -298,6 +299,17 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None,
     """Validate an export document; ImportRejected names the first bad entry and field. With
     `rejected`, a bad entry is appended there (index, kernel, why) and the others are returned;
     a document that is not a records document at all still raises."""
+    return [rec for rec, _ in _entries(doc, check, rejected)]
+
+
+def accepted_records_doc(doc: Any, *, check: EntryCheck,
+                         rejected: list[Rejection] | None = None) -> list[Accepted[RecordIn]]:
+    """`parse_records_doc` for storing: each entry as `check` (the acceptance gate) accepted it."""
+    return [a for _, a in _entries(doc, check, rejected) if a is not None]
+
+
+def _entries(doc: Any, check: EntryCheck | None,
+             rejected: list[Rejection] | None) -> list[tuple[RecordIn, Accepted[RecordIn] | None]]:
     if not isinstance(doc, dict):
         raise ImportRejected(f"document: expected a JSON object, got {type(doc).__name__}")
     if doc.get("schema") != EXPORT_SCHEMA:
@@ -315,7 +327,7 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None,
     if not isinstance(entries, list):
         raise ImportRejected("document: 'records' must be a list", field="records")
     doc_definitions(doc)
-    out: list[RecordIn] = []
+    out: list[tuple[RecordIn, Accepted[RecordIn] | None]] = []
     for i, entry in enumerate(entries):
         if rejected is None:
             out.append(_parse_entry(i, entry, check))
@@ -327,8 +339,9 @@ def parse_records_doc(doc: Any, *, check: EntryCheck | None = None,
     return out
 
 
-def _parse_entry(i: int, entry: Any, check: EntryCheck | None) -> RecordIn:
-    """One entry of `records` as a RecordIn; ImportRejected names the entry and field."""
+def _parse_entry(i: int, entry: Any, check: EntryCheck | None) -> tuple[RecordIn, Accepted[RecordIn] | None]:
+    """One entry of `records` as a RecordIn, and as `check` accepted it; ImportRejected names the
+    entry and field."""
     if not isinstance(entry, dict):
         raise ImportRejected(f"records[{i}]: expected an object", index=i)
     bad = first_unportable(entry, ("records", i))
@@ -342,10 +355,10 @@ def _parse_entry(i: int, entry: Any, check: EntryCheck | None) -> RecordIn:
     except ValidationError as e:
         path, msg = first_error(e)
         raise ImportRejected(f"records[{i}].{path}: {msg}", index=i, field=path) from None
-    if check is not None:
-        try:
-            check(rec)
-        except ImportRejected as e:
-            where = e.field or "(entry)"
-            raise ImportRejected(f"records[{i}].{where}: {e}", index=i, field=e.field) from None
-    return rec
+    if check is None:
+        return rec, None
+    try:
+        return rec, check(rec)
+    except ImportRejected as e:
+        where = e.field or "(entry)"
+        raise ImportRejected(f"records[{i}].{where}: {e}", index=i, field=e.field) from None

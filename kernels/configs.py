@@ -9,7 +9,7 @@ is set), so two equal configs compare equal whichever way they were written.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 # Launch options of triton.Config: passed to the launch, not to the kernel as constexprs.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -51,6 +51,22 @@ def canonical(config: Any) -> dict[str, Any]:
 def canonical_key(config: Any) -> str:
     """`config_key` of the canonical form: equal for equal configs however they were written."""
     return config_key(canonical(config))
+
+
+def covers(timings: Mapping[str, Any] | None, winner: Any, configs: Iterable[Any],
+           beyond: Iterable[Any] = ()) -> bool:
+    """Whether a record (its `config_timings` and its winning config) covers this config list:
+    it timed every config of `configs` (a failed one's None counts: it was measured), and its
+    winner is one of them or of `beyond` (configs a worker searched past the list: `search_space`,
+    or the configs a call's pruner made, `Definition.pruned`). A partly measured list is not
+    covered. Configs are compared in canonical form, so order and spelled-out launch defaults do
+    not matter. The one rule the decorator and the torch.compile hook hold a served record to."""
+    if not timings:
+        return False
+    listed = {canonical_key(c) for c in configs}
+    if not listed or not listed <= set(timings):
+        return False
+    return canonical_key(winner) in listed | {canonical_key(c) for c in beyond}
 
 
 def from_triton_config(tc: Any) -> dict[str, Any]:

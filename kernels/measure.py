@@ -87,6 +87,18 @@ def _flush(device: torch.device, i: int) -> None:
     _ks_l2_flush[(triton.cdiv(n, 4096),)](buf, n, float(i), BLOCK=4096, num_warps=8)
 
 
+def wallclock_us(fn: Callable[[], Any], n: int) -> list[float]:
+    """`n` wall-clock spans of `fn` in microseconds, after one untimed call: the one timer where
+    no GPU span exists (the Triton interpreter, the CPU)."""
+    fn()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return samples
+
+
 def time_call(fn: Callable[[], Any], *, n: int = 30, warmup: int = 3,
               device: torch.device | None = None, flush_l2: bool = True) -> Timing:
     """Median GPU span of `fn` over `n` calls with a cold L2 (wall clock under the interpreter)."""
@@ -100,16 +112,7 @@ def time_calls(fns: list[Callable[[], Any]], *, n: int = 30, warmup: int = 3,
         raise ValueError("n: need at least one timed call")
     device = device or default_device()
     if device.type != "cuda":
-        out = []
-        for fn in fns:
-            fn()
-            samples = []
-            for _ in range(n):
-                t0 = time.perf_counter()
-                fn()
-                samples.append((time.perf_counter() - t0) * 1e6)
-            out.append(Timing.of(samples, WALLCLOCK))
-        return out
+        return [Timing.of(wallclock_us(fn, n), WALLCLOCK) for fn in fns]
     from torch.profiler import ProfilerActivity, profile
 
     for fn in fns:

@@ -13,14 +13,16 @@ one back-off for a source that does not answer.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # How far another case's record is from this key's case (`KernelDef.distance` bound to the key's
 # axes); infinite: never served to it (another dtype, say).
@@ -152,13 +154,27 @@ class Resolver:
         return nearest
 
 
+def nearest(candidates: Iterable[tuple[float, Mapping[str, Any], T]]) -> tuple[T, float] | None:
+    """The one definition of "nearest": of (distance, axes, item) candidates, the item at the
+    least finite distance; on a tie, the one whose axes come first in canonical text (sorted keys),
+    so the store and the service pick the same record whatever order they list cases in. None
+    when no candidate is at a finite distance."""
+    best: tuple[float, str, T] | None = None
+    for dist, axes, item in candidates:
+        if not math.isfinite(dist):
+            continue
+        text = json.dumps(dict(axes), sort_keys=True, separators=(",", ":"), default=str)
+        if best is None or (dist, text) < best[:2]:
+            best = (dist, text, item)
+    return None if best is None else (best[2], best[0])
+
+
 def nearest_of(key: Key, near: Near | None,
                candidates: Mapping[tuple, Mapping[str, Any]]) -> tuple[tuple, float] | None:
-    """The candidate case (axes tuple -> anything) for `key`: its own, else the nearest finite one
-    by `near`; None when there is none. The one definition of choosing among known cases."""
+    """The candidate case (axes tuple -> anything) for `key`: its own, else the `nearest` one by
+    `near`; None when there is none."""
     if key.axes in candidates:
         return key.axes, 0.0
     if near is None or not candidates:
         return None
-    dist, axes = min(((near(dict(a)), a) for a in candidates), key=lambda t: t[0])
-    return (axes, dist) if math.isfinite(dist) else None
+    return nearest((near(dict(a)), dict(a), a) for a in candidates)

@@ -2,8 +2,10 @@
 (the upload route, `kernelsearch records import`, the tuner, `@kernelsearch.autotune` sharing).
 
 It lives in search_space because it needs the kernel's declaration (`KernelDef`), which the db
-layer must not import; the service and the tuner both sit above it. The store still applies the
-wire format's type and width rules (db.wire) to whatever it is given.
+layer must not import; the service and the tuner both sit above it. What it passes comes out as
+`db.views.Accepted`, the only type the store's writing methods take; this module alone holds the
+token that makes one (db cannot call the gate, so the gate hands the store its proof). The store
+still applies the wire format's type and width rules (db.wire) to what it is given.
 
 A record is refused with `RecordRejected`, naming the field, when it does not match its kernel's
 declaration (known kernel, exactly its axes, a complete config the kernel accepts, launch options
@@ -36,7 +38,7 @@ from kernelsearch import kernels
 from kernelsearch.db.errors import ImportRejected
 from kernelsearch.db.portable import MAX_DEPTH, dotted, first_unportable
 from kernelsearch.db.statuses import RecordOrigin
-from kernelsearch.db.views import HelionEntryIn, RecordIn
+from kernelsearch.db.views import _GATE_TOKEN, Accepted, HelionEntryIn, RecordIn
 from kernelsearch.db.wire import InvalidRecord, validated_record
 from kernelsearch.kernels.configs import canonical_key
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
@@ -75,6 +77,8 @@ GPU_LAUNCH_FLOOR_US = 0.25
 MIN_LATENCY_US = 1e-3
 # The winner's timing in config_timings is the record's median, to this relative tolerance.
 TIMING_RTOL = 0.01
+# A record's `work` is its kernel's (KernelDef.work), to this relative tolerance (JSON round trips).
+WORK_RTOL = 1e-9
 # Derived figures: a roofline past 150 % or a speedup past 10^4 is a bad measurement or a lie.
 MAX_ROOFLINE_PCT = 150.0
 MAX_SPEEDUP = 1e4
@@ -161,6 +165,16 @@ def _bytes_moved(k: KernelDef, axes: dict[str, Any]) -> float | None:
     except Exception:  # noqa: BLE001 - a user's declaration may raise anything
         return None
     return moved if math.isfinite(moved) and moved > 0 else None
+
+
+def _work(k: KernelDef, axes: dict[str, Any]) -> float | None:
+    """The case's `work` as the kernel defines it (search_space.records.measured_record stores
+    it), or None where its declaration cannot say: the check is then skipped."""
+    try:
+        w = float(k.work(axes))
+    except Exception:  # noqa: BLE001 - a user's declaration may raise anything
+        return None
+    return w if math.isfinite(w) and w > 0 else None
 
 
 def _tolerance(k: KernelDef, axes: dict[str, Any]) -> float | None:
@@ -297,6 +311,10 @@ def _check_physics(k: KernelDef, rec: RecordIn) -> None:
                                        f"({ref / rec.latency_median_us:.4g})")
     if not (math.isfinite(rec.work) and rec.work > 0):
         raise RecordRejected("work", f"expected a finite number > 0, got {rec.work!r}")
+    want = _work(k, rec.axes)
+    if want is not None and not math.isclose(rec.work, want, rel_tol=WORK_RTOL):
+        raise RecordRejected("work", f"{rec.work:g} is not the kernel's size of this case ({want:g}, "
+                                     f"KernelDef.work: what \"nearest\" ranks cases by)")
 
 
 def _check_time(rec: RecordIn, now: datetime) -> None:
@@ -306,9 +324,10 @@ def _check_time(rec: RecordIn, now: datetime) -> None:
                                          f"(+{CLOCK_SKEW} of clock skew)")
 
 
-def accepted(rec: RecordIn, *, now: datetime | None = None) -> RecordIn:
-    """`rec` normalised as the store keeps it (db.wire's rules), once it passes the gate;
-    RecordRejected names the first bad field otherwise."""
+def accepted(rec: RecordIn, *, now: datetime | None = None) -> Accepted[RecordIn]:
+    """`rec` normalised as the store keeps it (db.wire's rules), once it passes the gate, as the
+    one type the store writes (`db.views.Accepted`, which only this module makes); RecordRejected
+    names the first bad field otherwise."""
     try:
         rec = validated_record(rec)
     except InvalidRecord as e:
@@ -321,7 +340,7 @@ def accepted(rec: RecordIn, *, now: datetime | None = None) -> RecordIn:
     _check_declaration(k, rec)
     _check_physics(k, rec)
     _check_time(rec, now or datetime.now(timezone.utc))
-    return rec
+    return Accepted(rec, _GATE_TOKEN)
 
 
 def as_upload(rec: RecordIn, *, by: str | None, host: str | None) -> RecordIn:
@@ -331,10 +350,10 @@ def as_upload(rec: RecordIn, *, by: str | None, host: str | None) -> RecordIn:
                                uploaded_from=host[:200] if host else None)
 
 
-def import_check(rec: RecordIn) -> None:
+def import_check(rec: RecordIn) -> Accepted[RecordIn]:
     """The gate as `import_records`' entry check (ImportRejected naming the field)."""
     try:
-        accepted(rec)
+        return accepted(rec)
     except RecordRejected as e:
         raise ImportRejected(e.reason, field=e.field) from None
 
@@ -451,7 +470,7 @@ def helion_entry_key(data: str) -> str:
 def accepted_helion(cache_key: str, data: str, *, kernel: str | None = None,
                     arg_names: list[str] | None = None, checked: bool | None = None,
                     by: str | None = None, host: str | None = None,
-                    origin: RecordOrigin = RecordOrigin.UPLOAD) -> HelionEntryIn:
+                    origin: RecordOrigin = RecordOrigin.UPLOAD) -> Accepted[HelionEntryIn]:
     """A Helion cache entry as the store keeps it, once its text is what Helion's local cache
     writes (a JSON object with `config` and `key`) and `cache_key` is the hash of that key, as
     Helion computes it (an entry under any other key is one Helion never asks for, or a forgery);
@@ -485,7 +504,7 @@ def accepted_helion(cache_key: str, data: str, *, kernel: str | None = None,
         problem = first_unportable(v, (name,))
         if problem:
             raise RecordRejected(name, problem[1])
-    return HelionEntryIn(
+    return Accepted(HelionEntryIn(
         cache_key=cache_key,
         kernel=f"helion:{kernel}" if kernel else f"helion:src-{fields['kernel_source_hash'][:12]}",
         hardware=fields["hardware"], specialization_key=fields["specialization_key"],
@@ -494,7 +513,8 @@ def accepted_helion(cache_key: str, data: str, *, kernel: str | None = None,
         backend=fields["backend"], key_type=doc["key"]["type"],
         checked_by=HELION_CHECKED if checked else HELION_CHECK_UNREPORTED,
         origin=RecordOrigin(origin).value,
-        uploaded_by=(by or "anonymous")[:200], uploaded_from=host[:200] if host else None)
+        uploaded_by=(by or "anonymous")[:200], uploaded_from=host[:200] if host else None),
+        _GATE_TOKEN)
 
 
 __all__ = ["RecordRejected", "accepted", "as_upload", "import_check", "accepted_helion", "helion_axes",

@@ -16,6 +16,7 @@ from .runner import TrialRunner
 
 if TYPE_CHECKING:
     from kernelsearch.db.store import RecordIn
+    from kernelsearch.db.views import Accepted
     from kernelsearch.kernels.spec import KernelDef
 
 REFERENCES = ("auto", "none", "eager", "both")
@@ -73,16 +74,27 @@ def reference_latencies(runner: TrialRunner, kdef: KernelDef, axes: Mapping[str,
     return eager_us, compile_us
 
 
+def measured_record(kdef: KernelDef, axes: Mapping[str, Any], device: str, *,
+                    config: Mapping[str, Any], **measured: Any) -> RecordIn:
+    """The one builder of a record from a measurement (a worker's, the decorator's, a tool's):
+    the kernel's name, source hash and `work` (`KernelDef.work`: the one size "nearest" ranks
+    cases by) come from its declaration; `measured` is the rest of `RecordIn`'s fields. Not yet
+    accepted: it goes through the gate (acceptance.accepted) before any store takes it."""
+    from kernelsearch.db.store import RecordIn
+
+    fields = {"source_hash": kdef.source_hash, **measured}
+    return RecordIn(kernel=kdef.name, axes=dict(axes), work=float(kdef.work(axes)), device=device,
+                    config=dict(config), **fields)
+
+
 def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, reference: str,
                 copy_bandwidth: float | None, measure_n: int,
-                config_timings: Mapping[str, float | None] | None = None) -> RecordIn:
+                config_timings: Mapping[str, float | None] | None = None) -> Accepted[RecordIn]:
     """The record of `best`; on a CUPTI-timed result, the roofline (the copy bandwidth measured
     on the runner's device unless given). `config_timings`: every config measured, by
     config_key (None: failed), which a decorator serving the record holds to its config list.
     It passes the acceptance gate like any record (acceptance.RecordRejected names the field
     otherwise)."""
-    from kernelsearch.db.store import RecordIn
-
     from .acceptance import accepted
 
     kdef = get_kernel(best.kernel)
@@ -98,11 +110,10 @@ def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, ref
                                                reference=reference, measure_n=measure_n)
     versions: dict[str, Any] = runner.versions or {}
     value = best.latency_us
-    return accepted(RecordIn(
-        kernel=best.kernel, axes=dict(best.axes), work=float(kdef.work(best.axes)),
-        device=best.device, device_info=runner.device_info, torch_version=versions.get("torch", ""),
-        triton_version=versions.get("triton", ""), source_hash=kdef.source_hash,
-        config=dict(best.config), latency_median_us=value,
+    return accepted(measured_record(
+        kdef, best.axes, best.device, device_info=runner.device_info,
+        torch_version=versions.get("torch", ""), triton_version=versions.get("triton", ""),
+        config=best.config, latency_median_us=value,
         latency_min_us=float(timing.get("min_us", value)),
         latency_max_us=float(timing.get("max_us", value)),
         latency_iqr_us=float(timing.get("iqr_us", 0.0)), timing_method=method,
@@ -112,4 +123,4 @@ def best_record(best: BestTrial, runner: TrialRunner, *, job_id: int | None, ref
         config_timings=dict(config_timings) if config_timings is not None else None))
 
 
-__all__ = ["BestTrial", "REFERENCES", "best_record", "reference_latencies", "roofline_pct"]
+__all__ = ["BestTrial", "REFERENCES", "best_record", "measured_record", "reference_latencies", "roofline_pct"]

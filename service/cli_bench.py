@@ -102,7 +102,7 @@ def bench(
     if default or cfg is not None:
         set_resolver(None)
     else:
-        from .provider import install_default_provider
+        from kernelsearch.provider import install_default_provider
         from .settings import get_settings
 
         install_default_provider(get_settings())

@@ -1,31 +1,20 @@
-"""The two sources of tuned configs behind `kernels.resolve.Resolver`: a database and the service.
+"""A database as a source of tuned configs behind `kernels.resolve.Resolver` (`StoreSource`).
 
-They run inside users' programs (the decorator, `get_kernel`, the cache hooks) as well as in the
-server (`/v1/best` reads its database through `StoreSource`), so this module imports neither
-FastAPI nor the server's modules: the HTTP client, the store, and the client's settings only.
+It runs in the server (`/v1/best` reads its database through it) and inside users' programs (the
+client's resolver, `kernelsearch.sources`), so this module imports neither FastAPI nor the
+server's other modules: the store's protocol and the resolver's types only.
 """
 from __future__ import annotations
 
 import logging
-import threading
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from kernelsearch.kernels.resolve import (Found, Key, Match, Near, Resolver, SourceUnavailable,
-                                          nearest_of)
-
-from .client import Client, ClientError
-from .settings import ClientSettings
+from kernelsearch.kernels.resolve import Found, Key, Match, Near, SourceUnavailable
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import RecordRepository
 
 log = logging.getLogger(__name__)
-
-
-def _timings(rec: Any) -> dict[str, Any] | None:
-    got = rec.get("config_timings") if isinstance(rec, Mapping) else getattr(rec, "config_timings", None)
-    return dict(got) if isinstance(got, Mapping) else None
 
 
 class StoreSource:
@@ -50,125 +39,8 @@ class StoreSource:
         record, match = got
         exact = match == Match.EXACT.value
         return Found(dict(record.config), Match.EXACT if exact else Match.NEAREST, self.name,
-                     record.source_hash, _timings(record), dict(record.axes),
+                     record.source_hash, record.config_timings, dict(record.axes),
                      0.0 if exact or near is None else near(dict(record.axes)), record)
 
     def known(self, key: Key, near: Near | None) -> Found | None:
         return None
-
-
-class ServiceSource:
-    """The REST service. Every current record of a (kernel, device) is fetched once per process
-    (`/v1/records`), so a program's other shapes are answered without a request each, and the
-    nearest of them is still known while the service is down; `fresh` asks `/v1/best` itself."""
-
-    name = "service"
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self._lock = threading.Lock()
-        self._snapshots: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
-
-    def close(self) -> None:
-        self.client.close()
-
-    def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """A request; None for the service's own 4xx answer (no record, unknown kernel), and
-        `SourceUnavailable` for no answer or a 5xx."""
-        try:
-            return fn(*args, **kw)
-        except ClientError as exc:
-            if 0 < exc.status < 500:
-                return None
-            raise SourceUnavailable(f"service {self.client.base_url}: {exc.message}") from exc
-        except Exception as exc:  # anything else from the transport
-            raise SourceUnavailable(f"service {self.client.base_url}: {exc}") from exc
-
-    def _snapshot(self, key: Key) -> dict[tuple, dict[str, Any]]:
-        sk = (key.kernel, key.device)
-        with self._lock:
-            got = self._snapshots.get(sk)
-        if got is not None:
-            return got
-        records = self._call(self.client.records, kernel=key.kernel, device=key.device) or []
-        snap = {tuple(sorted(r["case"].items())): r for r in records
-                if isinstance(r.get("case"), dict) and isinstance(r.get("config"), dict)}
-        with self._lock:
-            self._snapshots[sk] = snap
-        return snap
-
-    def _remember(self, key: Key, rec: Mapping[str, Any]) -> None:
-        case = rec.get("case")
-        if isinstance(case, dict):
-            with self._lock:
-                self._snapshots.setdefault((key.kernel, key.device), {})[
-                    tuple(sorted(case.items()))] = dict(rec)
-
-    def _found(self, key: Key, rec: Mapping[str, Any], match: Match, distance: float) -> Found:
-        return Found(dict(rec["config"]), match, self.name, rec.get("source_hash"), _timings(rec),
-                     dict(rec.get("case") or key.axes_dict), distance, rec)
-
-    def get(self, key: Key, near: Near | None, fresh: bool) -> Found | None:
-        if not fresh:
-            rec = self._snapshot(key).get(key.axes)
-            if rec is not None:
-                return self._found(key, rec, Match.EXACT, 0.0)
-        got = self._call(self.client.best, key.kernel, key.device, **key.axes_dict)
-        if got is None:
-            return None
-        self._remember(key, got)
-        if got.get("match", "exact") == "exact":
-            return self._found(key, got, Match.EXACT, 0.0)
-        if near is None:
-            return None
-        case = got.get("case") or {}
-        return self._found(key, got, Match.NEAREST, near(dict(case)))
-
-    def known(self, key: Key, near: Near | None) -> Found | None:
-        with self._lock:
-            snap = dict(self._snapshots.get((key.kernel, key.device), {}))
-        pick = nearest_of(key, near, snap)
-        if pick is None:
-            return None
-        axes, dist = pick
-        return self._found(key, snap[axes], Match.EXACT if axes == key.axes else Match.NEAREST,
-                           dist)
-
-
-def local_store(settings: ClientSettings) -> RecordRepository | None:
-    """A Store on the configured database, or None when it would only create an empty file."""
-    url = settings.database_url
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1] if "///" in url else ""
-        if not path or path.startswith(":memory:") or not Path(path).exists():
-            return None
-    try:
-        from kernelsearch.db.store import Store
-
-        return Store(url)
-    except Exception as exc:
-        from kernelsearch.db.engine import redact_url_passwords
-
-        log.warning("local store %s not usable: %s", redact_url_passwords(url), exc)
-        return None
-
-
-def service_client(settings: ClientSettings, timeout: float | None = None) -> Client | None:
-    """The service's client with the writer token, when KS_SERVICE_URL is set."""
-    if not settings.service_url:
-        return None
-    token = settings.api_token.get_secret_value() if settings.api_token else None
-    return Client(settings.service_url, token=token,
-                  timeout=settings.provider_timeout_s if timeout is None else timeout)
-
-
-def client_resolver(settings: ClientSettings, retry_s: float | None = None) -> Resolver:
-    """The resolver of a user's program: the local store, then the service (either may be off)."""
-    sources: list[Any] = []
-    store = local_store(settings)
-    if store is not None:
-        sources.append(StoreSource(store))
-    client = service_client(settings)
-    if client is not None:
-        sources.append(ServiceSource(client))
-    return Resolver(sources, retry_s=settings.autotune_retry_s if retry_s is None else retry_s)

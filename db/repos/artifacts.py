@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -15,27 +14,8 @@ from ..errors import Conflict, NotFound
 from ..statuses import RecordOrigin
 from ..models import (ArtifactBlob, ArtifactFile, ArtifactSet, Case, Device, Kernel, Record,
                       utcnow)
+from ..views import ArtifactSetView
 from ._base import RepoBase
-
-
-@dataclass(frozen=True)
-class ArtifactSetView:
-    """An artifact set with its files' bytes, and the record (kernel, case, device, config) it
-    was compiled for."""
-
-    id: int
-    record_id: int
-    kernel: str
-    axes: dict[str, Any]
-    device: str
-    config: dict[str, Any]
-    cache_key: str
-    env_fingerprint: str
-    env: dict[str, Any]
-    group: str
-    origin: str
-    files: dict[str, bytes] = field(repr=False)
-    is_current: bool = True
 
 
 class ArtifactRepo(RepoBase):

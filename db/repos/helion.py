@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from ..errors import Conflict
 from ..models import HelionEntry, utcnow
 from ..statuses import RecordOrigin
-from ..views import HelionEntryIn, HelionEntryView
+from ..views import Accepted, HelionEntryIn, HelionEntryView, accepted_value
 from ._base import RepoBase
 
 _COLUMNS = tuple(f.name for f in fields(HelionEntryView))
@@ -28,17 +28,19 @@ def outranks(stored: str, new: str) -> bool:
 
 
 class HelionRepo(RepoBase):
-    def put_helion_entry(self, entry: HelionEntryIn) -> HelionEntryView:
-        """Store an entry, replacing the one under the same cache key (Helion writes a key again
-        when it tunes it again: the newest config is the one it uses), unless that one is a
-        worker's and this an upload: Conflict then, and the worker's entry stays."""
+    def put_helion_entry(self, entry: Accepted[HelionEntryIn]) -> HelionEntryView:
+        """Store an entry the gate passed (`search_space.acceptance.accepted_helion`), replacing
+        the one under the same cache key (Helion writes a key again when it tunes it again: the
+        newest config is the one it uses), unless that one is a worker's and this an upload:
+        Conflict then, and the worker's entry stays."""
+        gated = accepted_value(entry, "entry", HelionEntryIn)
 
         def tx(s: Session) -> HelionEntryView:
-            row = s.execute(select(HelionEntry).where(HelionEntry.cache_key == entry.cache_key)
+            row = s.execute(select(HelionEntry).where(HelionEntry.cache_key == gated.cache_key)
                             .with_for_update()).scalar_one_or_none()
-            values = asdict(entry)
-            if row is not None and outranks(row.origin, entry.origin):
-                raise Conflict(f"{entry.cache_key}: a worker tuned the entry under this key; an "
+            values = asdict(gated)
+            if row is not None and outranks(row.origin, gated.origin):
+                raise Conflict(f"{gated.cache_key}: a worker tuned the entry under this key; an "
                                f"upload does not replace it")
             if row is None:
                 row = HelionEntry(**values)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable
 from datetime import timezone
 from typing import Any
@@ -12,17 +11,22 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from kernelsearch.kernels.configs import canonical
+from kernelsearch.kernels.resolve import nearest
+
 from ..checks import axes_key, check_int
 from ..errors import NotFound
 from ..models import Case, Counter, Device, Kernel, Record, TrialSummary, utcnow, kernel_named
 from ..statuses import RecordOrigin
-from ..views import RECORD_COLUMNS, VIEW_COLUMNS, RecordIn, RecordView, Withdrawal
+from ..views import (RECORD_COLUMNS, VIEW_COLUMNS, Accepted, RecordIn, RecordView, Withdrawal,
+                     accepted_value)
 from ..wire import validated_record
 from ._base import RepoBase, rowcount
 
 
-def _fingerprint(r: RecordIn) -> str:
-    """Hash of what a record measured; equal for the same record exported and re-imported."""
+def _fingerprint(r: RecordIn, *, as_given: bool = False) -> str:
+    """Hash of what a record measured, its config in canonical form (`as_given`: as written, the
+    hash of records stored before); equal for the same record exported and re-imported."""
     body = {
         "kernel": r.kernel,
         "axes": axes_key(r.axes),
@@ -30,7 +34,7 @@ def _fingerprint(r: RecordIn) -> str:
         "torch": r.torch_version,
         "triton": r.triton_version,
         "source": r.source_hash,
-        "config": r.config,
+        "config": r.config if as_given else canonical(r.config),
         "lat": [r.latency_median_us, r.latency_min_us, r.latency_max_us, r.latency_iqr_us],
         "method": r.timing_method,
         "rel_error": r.rel_error,
@@ -72,9 +76,13 @@ class RecordRepo(RepoBase):
         return self._record_view(s.execute(self._records_query().where(Record.id == record_id)).one())
 
     def _upsert_locked(self, s: Session, rec: RecordIn) -> tuple[int, bool, bool, bool]:
-        """Store rec under the records lock. Returns (id, became_current, superseded_one, new)."""
+        """Store rec under the records lock. Returns (id, became_current, superseded_one, new).
+        A record is identified by its config's canonical form (kernels.configs), so the same
+        config spelt two ways (key order, a launch default left out) is one record."""
         fp = _fingerprint(rec)
-        existing = s.execute(select(Record.id).where(Record.fingerprint == fp)).scalar_one_or_none()
+        # Records stored before the canonical fingerprint carry the hash of the config as given.
+        fps = {fp, _fingerprint(rec, as_given=True)}
+        existing = s.execute(select(Record.id).where(Record.fingerprint.in_(fps))).scalars().first()
         if existing is not None:
             return existing, False, False, False
         kernel_id, case_id, device_id = self._key_ids(s, rec.kernel, rec.axes, rec.work,
@@ -89,7 +97,7 @@ class RecordRepo(RepoBase):
         theirs = None if current is None else rank(current.origin, current.latency_median_us)
         better = current is None or theirs is None or mine < theirs or (
             # the same winner, measured against more configs (a decorator's list grew)
-            mine == theirs and rec.config == current.config
+            mine == theirs and canonical(rec.config) == canonical(current.config)
             and set(rec.config_timings or {}) > set(current.config_timings or {}))
         now = utcnow()
         if better and current is not None:
@@ -175,17 +183,17 @@ class RecordRepo(RepoBase):
             filled |= bool(rowcount(res))
         return filled
 
-    def upsert_best(self, rec: RecordIn) -> tuple[RecordView, bool]:
-        """Store a result; True when it became the current best (it ranks before the current one,
+    def upsert_best(self, rec: Accepted[RecordIn]) -> tuple[RecordView, bool]:
+        """Store a record the acceptance gate passed (TypeError for anything else); True when it became the current best (it ranks before the current one,
         see `rank`: an upload never replaces another origin's record, otherwise a strictly faster
         median wins; or the first for its key). Otherwise it is kept as history only. Storing the
         identical record again changes nothing and returns (existing, False)."""
-        rec = validated_record(rec)
+        plain = validated_record(accepted_value(rec, "rec", RecordIn))
 
         def tx(s: Session) -> tuple[RecordView, bool]:
             self._lock_counter(s, "records")
-            rid, improved, _, new = self._upsert_locked(s, rec)
-            self._add_trials_locked(s, rec)
+            rid, improved, _, new = self._upsert_locked(s, plain)
+            self._add_trials_locked(s, plain)
             if new:
                 self._bump(s, "records")
             return self._load_record(s, rid), improved
@@ -220,10 +228,10 @@ class RecordRepo(RepoBase):
                 .where(kernel_named(kernel), Device.name == device,
                        Record.is_current.is_(True), Case.work.is_not(None))
             ).all()
-            ranked = sorted((distance(dict(ax), float(w)), cid) for cid, ax, w in cands)
-            if not ranked or not math.isfinite(ranked[0][0]):
+            pick = nearest((distance(dict(ax), float(w)), ax, cid) for cid, ax, w in cands)
+            if pick is None:
                 return None
-            row = s.execute(base.where(Case.id == ranked[0][1])).first()
+            row = s.execute(base.where(Case.id == pick[0])).first()
             return None if row is None else (self._record_view(row), "nearest")
 
         return self._tx(q, write=False)

@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session
 from ..checks import axes_key
 from ..statuses import TrialStatus
 from ..models import Case, Device, Kernel, TrialSummary, utcnow
-from ..views import ImportReport, Rejection
+from ..views import ImportReport, RecordIn, Rejection, accepted_value
 from ..wire import (EXPORT_MESSAGE_CHARS, EXPORT_SCHEMA, EXPORT_VERSION, TRIAL_STATES, EntryCheck,
-                    parse_records_doc)
+                    accepted_records_doc)
 from .kernels import KernelRepo
 from .records import RecordRepo
 
@@ -84,10 +84,11 @@ class TransferRepo(RecordRepo, KernelRepo):
 
         return self._tx(q, write=False)
 
-    def import_records(self, doc: dict[str, Any], *, check: EntryCheck | None = None,
+    def import_records(self, doc: dict[str, Any], *, check: EntryCheck,
                        keep_going: bool = False) -> ImportReport:
-        """Validate every entry (and `check` it, see parse_records_doc), then store them in one
-        transaction. By default a bad entry rejects the whole document (ImportRejected, nothing
+        """Validate every entry and pass it through `check`, the acceptance gate
+        (`search_space.acceptance.import_check`: only what it accepts is stored), then store them
+        in one transaction. By default a bad entry rejects the whole document (ImportRejected, nothing
         stored); with `keep_going` the valid entries are stored and each bad one is listed in
         the report's `rejected`.
 
@@ -97,7 +98,8 @@ class TransferRepo(RecordRepo, KernelRepo):
         that `check` knows the kernels (service.cli_db).
         """
         rejected: list[Rejection] | None = [] if keep_going else None
-        recs = parse_records_doc(doc, check=check, rejected=rejected)
+        recs = [accepted_value(a, "check", RecordIn)
+                for a in accepted_records_doc(doc, check=check, rejected=rejected)]
 
         def tx(s: Session) -> ImportReport:
             self._lock_counter(s, "records")

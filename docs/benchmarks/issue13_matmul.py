@@ -67,7 +67,7 @@ def launch(kernel: Any, a: Any, b: Any, **meta: Any) -> Any:
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
-    from kernelsearch.service.client import Client
+    from kernelsearch.rest_client import Client
 
     from ks_matmul_example import kernel as ex
 
@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> None:
             picks[label(tuple(key[:3]))] = config_dict(cfg)
             sources[label(tuple(key[:3]))] = ex.matmul_kernel.sources[key].value
     else:
-        from kernelsearch.service.autotune import to_triton
+        from kernelsearch.resolution import to_triton
 
         fixed = json.loads(Path(args.fixed).read_text())
         metas = frozenset(k for c in ex.get_autotune_config() for k in c.kwargs)
@@ -173,7 +173,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
     import torch
 
     from kernelsearch.kernels.measure import time_call
-    from kernelsearch.service.autotune import to_triton
+    from kernelsearch.resolution import to_triton
     from ks_matmul_example import kernel as ex
 
     runs = [json.loads(Path(f).read_text()) for f in args.runs]

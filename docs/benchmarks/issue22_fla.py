@@ -197,7 +197,7 @@ def run(mode: str, out: Path, fixed: str | None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{mode}.json").write_text(json.dumps(got, indent=1, default=str))
     if mode.startswith(("ks", "tc-ks")):
-        from kernelsearch.service.autotune import BACKENDS
+        from kernelsearch.backends import BACKENDS
 
         BACKENDS.drain(60)
     if mode.startswith("tc-ks"):
@@ -211,7 +211,7 @@ def run(mode: str, out: Path, fixed: str | None) -> dict:
 
 def _sources() -> dict:
     try:
-        from kernelsearch.service.autotune import Autotuner as KsAutotuner
+        from kernelsearch.tuner import Autotuner as KsAutotuner
     except ImportError:
         return {}
     counts: dict = {}

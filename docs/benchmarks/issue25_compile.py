@@ -63,7 +63,7 @@ def main(mode: str) -> None:
     first = time.perf_counter() - t0
     ref = torch.softmax(x.float() * 2.0, dim=-1) + 1.0
     if mode == "share":
-        from kernelsearch.service.autotune import BACKENDS
+        from kernelsearch.backends import BACKENDS
 
         BACKENDS.drain(30)
     sources = {str(k): v.value for k, v in getattr(softmax_kernel, "sources", {}).items()}

@@ -64,7 +64,7 @@ def _picks() -> dict:
 
 def _sources() -> dict:
     try:
-        from kernelsearch.service.autotune import Autotuner as KsAutotuner
+        from kernelsearch.tuner import Autotuner as KsAutotuner
     except ImportError:
         return {}
     counts: dict = {}
@@ -175,7 +175,7 @@ def run(lib: str, mode: str, work: Path) -> dict:
     got["picks"] = _picks()
     got["ops"] = sorted(ops)
     if mode.startswith("ks"):
-        from kernelsearch.service.autotune import BACKENDS
+        from kernelsearch.backends import BACKENDS
 
         BACKENDS.drain(60)
     work.mkdir(parents=True, exist_ok=True)

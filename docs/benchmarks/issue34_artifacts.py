@@ -95,7 +95,7 @@ def run(lib: str, mode: str, work: Path) -> dict:
         logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
         logging.getLogger("kernelsearch").setLevel(logging.INFO)
         triton.autotune = kernelsearch.autotune
-        from kernelsearch.service.client import Client
+        from kernelsearch.rest_client import Client
 
         real_request = Client._request
 
@@ -136,7 +136,7 @@ def run(lib: str, mode: str, work: Path) -> dict:
     if mode.startswith("ks"):
         from kernelsearch import artifacts
         from kernelsearch.kernels.compiled import environment
-        from kernelsearch.service.autotune import BACKENDS
+        from kernelsearch.backends import BACKENDS
 
         BACKENDS.drain(60)
         s = artifacts.STATS

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from kernelsearch.db import errors as dberr
 from kernelsearch.db.statuses import RecordOrigin
-from kernelsearch.db.repos.artifacts import ArtifactSetView
+from kernelsearch.db.views import ArtifactSetView
 from kernelsearch.kernels.compiled import env_fingerprint, refusal, sha256_hex
 from kernelsearch.kernels.undeclared import MAX_NAME_CHARS
 

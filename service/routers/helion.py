@@ -14,7 +14,7 @@ from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
 
 from .. import schemas
 from ..deps import SettingsDep, StoreDep, require_writer
-from ..helion_jobs import SAMPLER, check_job, parse_job
+from ..job_acceptance import JobRefused, accept_helion_job
 from ..lookups import run_read
 from ..views import job_json
 from .common import ERRORS, WRITE_ERRORS, check_text
@@ -81,20 +81,7 @@ def submit_job(body: schemas.HelionJobIn, settings: SettingsDep, store: StoreDep
     the key's job already queued or running, or failed less than KS_HELION_FAILED_RETRY_S ago
     (a call no worker can tune is not queued again on every miss)."""
     try:
-        job = parse_job(body.capture)
-    except ValueError as e:
-        raise HTTPException(422, str(e)) from None
-    if job.key != body.key:
-        raise HTTPException(422, f"capture.key: {job.key} is not the job's key {body.key}")
-    refused = check_job(job, settings)
-    if refused is not None:
-        raise HTTPException(422, refused)
-    try:
-        queued, existing = store.queue_job(job.job_kernel, [job.case()], 1, SAMPLER,
-                                           max_queued=settings.max_queued_jobs, capture=job.as_json(),
-                                           failed_backoff_s=settings.helion_failed_retry_s)
-    except dberr.Conflict as e:
-        raise HTTPException(429, str(e)) from None
-    except ValueError as e:
-        raise HTTPException(422, f"capture: {e}") from None
+        queued, existing = accept_helion_job(store, settings, body.key, body.capture)
+    except JobRefused as e:
+        raise HTTPException(e.status, str(e)) from None
     return {**job_json(queued), "existing": existing}

@@ -62,11 +62,12 @@ def upload_record(body: RecordDoc, request: Request, store: StoreDep, cache: Bes
     host = request.client.host if request.client else None
     rec = as_upload(body.to_record_in(), by=TOKEN_UPLOADER if token else ANONYMOUS, host=host)
     try:
-        rec = accepted(rec)
+        gated = accepted(rec)
     except RecordRejected as e:
         raise refused(e) from None
+    rec = gated.value
     store.ensure_device(rec.device_info or {"name": rec.device})
-    view, _ = store.upsert_best(rec)
+    view, _ = store.upsert_best(gated)
     cache.invalidate()
     return record_json(view)
 

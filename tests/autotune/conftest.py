@@ -47,7 +47,7 @@ def isolated_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
                     tmp_path) -> None:
     """A user program's settings with no service, no local database and no lookup state left
     over: each test names the service or store it uses."""
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
 
     names = ["KS_SERVICE_URL", "KS_AUTOTUNE_SYNC"]
     if request.node.get_closest_marker("tune_default") is not None:
@@ -62,7 +62,7 @@ def isolated_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
 def at_store(store) -> Iterator[object]:
     """A migrated store of each kind (PostgreSQL when KS_TEST_POSTGRES_URL is set), with this
     process's lookup state forgotten around the test."""
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
 
     BACKENDS.reset()
     yield store

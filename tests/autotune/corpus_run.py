@@ -90,14 +90,14 @@ def _corpus() -> tuple[dict, dict]:
 
 
 def _drain() -> None:
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
 
     BACKENDS.drain(30)
 
 
 def _forget_all() -> None:
     """A fresh process's view for the next fault: no key resolved, no connection, no down state."""
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
 
     for name in ENTRIES:
         module = sys.modules.get(f"corpus_pkg.{name}")

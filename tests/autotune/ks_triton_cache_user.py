@@ -77,7 +77,7 @@ if __name__ == "__main__":
     stand_in_target()
     x = torch.randn(int(sys.argv[1]))
     torch.testing.assert_close(triple(x), 3 * x)
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
     from kernelsearch.triton_cache import STATS
 
     BACKENDS.drain(20)

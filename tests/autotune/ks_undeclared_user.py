@@ -48,7 +48,7 @@ if __name__ == "__main__":
 
     import torch
 
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
 
     x = torch.randn(int(sys.argv[1]), dtype=getattr(torch, sys.argv[2]))
     torch.testing.assert_close(scale(x), 2 * x)

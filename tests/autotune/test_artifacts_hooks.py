@@ -18,7 +18,8 @@ from ks_at_helpers import accumulate, accumulate_kernel
 import kernelsearch
 from kernelsearch import artifacts
 from kernelsearch.kernels import compiled
-from kernelsearch.service.autotune import BACKENDS, Source
+from kernelsearch.backends import BACKENDS
+from kernelsearch.options import Source
 
 ENV = {"driver": "d", "ptxas": "p", "target": "cuda:90:32", "triton": "t"}
 KEY = hashlib.sha256(b"a compile").hexdigest()

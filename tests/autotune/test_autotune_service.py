@@ -18,7 +18,7 @@ from at_env import HERE, KERNEL, child_env
 from svc_helpers import LiveServer, settings_for
 
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
-from kernelsearch.service import autotune as at
+from kernelsearch import backends
 from kernelsearch.service.api import create_app
 from kernelsearch.service.worker import Worker
 
@@ -159,9 +159,9 @@ def _matmul(M: int, N: int, K: int):
 def no_store(monkeypatch, tmp_path):
     monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'none.db'}")
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")  # the opt-in policy: run the first at once
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
     yield
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
 
 
 def test_a_service_that_never_answers_does_not_hold_the_call(example_installed, no_store,
@@ -206,7 +206,7 @@ def test_a_dead_service_is_asked_once_then_left_alone(example_installed, no_stor
             if n == 17:
                 # The first lookup runs in the background past the call's short wait: on a loaded
                 # machine it connects later. Once it has failed, the service is left alone.
-                _wait(lambda: server.accepted >= 1 and at.BACKENDS.resolver.down("service"),
+                _wait(lambda: server.accepted >= 1 and backends.BACKENDS.resolver.down("service"),
                       60, "the first lookup to fail")
         assert server.accepted == 1
         print("calls with a dead service: " + ", ".join(f"{t:.3f} s" for t in times))

@@ -13,8 +13,8 @@ from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.check import check_config
 from kernelsearch.kernels.configs import canonical
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
-from kernelsearch.service import autotune as at
-from kernelsearch.service.autotune import Source
+from kernelsearch import backends, options
+from kernelsearch.options import Source
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -25,7 +25,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")  # the opt-in policy these tests are about
     monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
     accumulate_kernel.forget()
 
 
@@ -157,8 +157,8 @@ def test_using_runs_the_given_config() -> None:
 def test_options_reject_bad_values_with_a_warning(monkeypatch, caplog) -> None:
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "sometimes")
     monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "soon")
-    opts = at.Options.from_env()
-    assert opts.fallback is at.Fallback.TUNE and opts.timeout_s == 0.25
+    opts = options.Options.from_env()
+    assert opts.fallback is options.Fallback.TUNE and opts.timeout_s == 0.25
     assert "KS_AUTOTUNE_FALLBACK" in caplog.text and "KS_AUTOTUNE_TIMEOUT_S" in caplog.text
 
 
@@ -209,7 +209,7 @@ def test_tuned_here_goes_to_the_service_when_it_is_the_only_store(at_store, monk
         assert rec.study_name == "tuned-here"
 
         accumulate_kernel.forget()
-        at.BACKENDS.reset()
+        backends.BACKENDS.reset()
         monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
         accumulate(torch.randn(100))
         assert list(accumulate_kernel.sources.values()) == [Source.SERVICE]

@@ -5,6 +5,8 @@ fresh process is then served without a benchmark. A module no worker can import 
 naming the module and the fix."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import json
 
 import pytest
@@ -91,10 +93,10 @@ def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_s
 
         beyond = next(json.loads(k) for k in rec.config_timings if json.loads(k)["BLOCK"] == 256)
         fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
-        sqlite_store.upsert_best(RecordIn(**{
+        sqlite_store.upsert_best(trusted(RecordIn(**{
             **fields, "config": beyond, "latency_median_us": rec.latency_median_us / 2,
             "latency_min_us": rec.latency_min_us / 2, "latency_max_us": rec.latency_median_us / 2,
-            "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2}}))
+            "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2}})))
         served = _user(200, "float32", env)
         assert served == {"sources": ["service"], "benched": 0, "best": 256}
 
@@ -219,3 +221,29 @@ def test_a_job_keeps_its_capture_in_either_database(store) -> None:
     assert claimed.id == plain.id and store.claim_job("w1", 60.0).capture == doc
     shown = store.get_job(job.id).as_dict()
     assert shown["captured"] is True and "capture" not in shown
+
+
+def test_a_capture_the_route_refuses_is_refused_on_the_decorators_fallback_too(
+        sqlite_store, monkeypatch, caplog) -> None:
+    """With the local store only, a miss's job passes the routes' own acceptance (`accept_job`):
+    a call of a module no worker imports is refused here as POST /v1/jobs refuses it (422), not
+    queued to fail later on a worker; once the operator allows the module, it is queued."""
+    import ks_undeclared_user as u
+
+    from kernelsearch.backends import BACKENDS
+
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.delenv("KS_JOB_MODULES", raising=False)
+    for allowed in (False, True):
+        if allowed:
+            monkeypatch.setenv("KS_JOB_MODULES", "ks_undeclared_user")
+        u.scale_kernel.forget()
+        BACKENDS.reset()
+        u.scale(torch.randn(200))
+        BACKENDS.drain(20)
+        jobs = sqlite_store.list_jobs()
+        if not allowed:
+            assert jobs == []
+            assert "module 'ks_undeclared_user' is not one this service's workers import" in caplog.text
+    (job,) = jobs
+    assert job.kernel == NAME and job.capture is not None and job.cases == [CASE]

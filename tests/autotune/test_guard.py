@@ -6,7 +6,10 @@ list is served as the record's (nothing measured, nothing uploaded), and the sha
 after the call returns."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import json
+import importlib
 import logging
 import threading
 import time
@@ -19,8 +22,8 @@ import triton.language as tl
 
 import kernelsearch
 from kernelsearch.kernels.spec import config_key
-from kernelsearch.service import autotune as at
-from kernelsearch.service.autotune import Source
+from kernelsearch import backends, share, tuner
+from kernelsearch.options import Source
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.tune_default,
               pytest.mark.usefixtures("isolated_client")]
@@ -31,7 +34,7 @@ CONFIGS = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
 @pytest.fixture(autouse=True)
 def _nothing_told_yet(monkeypatch) -> None:
     """Each test sees the boundary's first message of each kind (they are logged once)."""
-    from kernelsearch.service import guard
+    from kernelsearch import guard
 
     monkeypatch.setattr(guard, "_told", set())
 
@@ -76,12 +79,12 @@ def _raise(exc: BaseException):
 # Each seam of kernelsearch's work in the user's process, failing as a bug or a refusal would.
 SEAMS = {
     "name": None,  # a kernel name the store may refuse (300 characters)
-    "identity": ("kernel_def", ValueError("name: a non-empty kernel name of at most 100 characters")),
+    "identity": ("identity.kernel_def", ValueError("name: a non-empty kernel name of at most 100 characters")),
     "registration": ("registry", RuntimeError("registry broke")),
-    "settings": ("Options.from_env", RuntimeError("settings broke")),
-    "lookup": ("Backends.lookup", RuntimeError("lookup broke")),
-    "key": ("undeclared_key", KeyError("key broke")),
-    "share": ("_undeclared_record", RuntimeError("record broke")),
+    "settings": ("options.Options.from_env", RuntimeError("settings broke")),
+    "lookup": ("backends.Backends.lookup", RuntimeError("lookup broke")),
+    "key": ("tuner.undeclared_key", KeyError("key broke")),
+    "share": ("share._undeclared_record", RuntimeError("record broke")),
 }
 
 
@@ -98,16 +101,18 @@ def test_a_failure_of_kernelsearch_falls_back_to_what_triton_autotune_does(seam,
             from kernelsearch.kernels import registry
 
             monkeypatch.setattr(registry, "register", _raise(exc))
-        elif "." in where:
-            cls, attr = where.split(".")
-            monkeypatch.setattr(getattr(at, cls), attr, _raise(exc))
         else:
-            monkeypatch.setattr(at, where, _raise(exc))
+            path, attr = where.rsplit(".", 1)
+            mod, *cls = path.split(".")
+            owner = importlib.import_module(f"kernelsearch.{mod}")
+            for c in cls:
+                owner = getattr(owner, c)
+            monkeypatch.setattr(owner, attr, _raise(exc))
     caplog.set_level(logging.WARNING)
     for n in (40, 50):  # two keys: the failure is logged once
         assert _call(swapped, n) == _call(plain, n) == {"BLOCK": 64}
         assert swapped._do_bench.n == plain._do_bench.n  # Triton's benchmark of every config
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     assert set(swapped.sources.values()) == {Source.TUNED_HERE}
     if seam != "name":
         said = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
@@ -126,7 +131,7 @@ def test_the_users_own_error_propagates_unchanged(seam, monkeypatch, caplog) -> 
 
     plain, swapped = _pair(pre_hook=hook)
     if seam == "lookup":
-        monkeypatch.setattr(at.Backends, "lookup", _raise(RuntimeError("lookup broke")))
+        monkeypatch.setattr(backends.Backends, "lookup", _raise(RuntimeError("lookup broke")))
     with pytest.raises(LookupError, match="the user's own hook"):
         _call(plain, 40)
     under_triton, ran[:] = len(ran), []
@@ -146,7 +151,7 @@ def _tuned_record(sqlite_store, monkeypatch, x):
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "tune")
     u.scale_kernel.forget()
     u.scale(x)
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     (rec,) = sqlite_store.list_records(kernel=NAME)
     return u, rec
 
@@ -162,16 +167,16 @@ def test_sources_name_what_ran(sqlite_store, monkeypatch) -> None:
     outside = {**rec.config, "BLOCK": 256}
     timings = {k: (5.0 if json.loads(k)["BLOCK"] == 32 else 9.0) for k in rec.config_timings}
     fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
-    sqlite_store.upsert_best(RecordIn(**{
+    sqlite_store.upsert_best(trusted(RecordIn(**{
         **fields, "config": outside, "config_timings": {**timings, config_key(outside): 1.0},
-        "latency_median_us": 1.0, "latency_min_us": 1.0, "latency_max_us": 1.0}))
+        "latency_median_us": 1.0, "latency_min_us": 1.0, "latency_max_us": 1.0})))
     uploads: list[object] = []
-    monkeypatch.setattr(at.Backends, "upload", lambda self, *a, **k: uploads.append(a))
+    monkeypatch.setattr(backends.Backends, "upload", lambda self, *a, **k: uploads.append(a))
     u.scale_kernel.forget()
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
     u.BENCHED.clear()
     u.scale(x)
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     assert list(u.scale_kernel.sources.values()) == [Source.STORE]
     assert u.scale_kernel.best_config.kwargs["BLOCK"] == 32 and u.BENCHED == [] and uploads == []
 
@@ -180,7 +185,7 @@ def test_sources_name_what_ran(sqlite_store, monkeypatch) -> None:
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
     monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "0.05")
     monkeypatch.setenv("KS_AUTOTUNE_SUBMIT", "0")
-    lookup, adopt, late = at.Backends.lookup, at.Autotuner._adopt, threading.Event()
+    lookup, adopt, late = backends.Backends.lookup, tuner.Autotuner._adopt, threading.Event()
 
     def slow_lookup(self, *a, **k):
         time.sleep(0.3)
@@ -190,10 +195,10 @@ def test_sources_name_what_ran(sqlite_store, monkeypatch) -> None:
         adopt(self, *a, **k)
         late.set()
 
-    monkeypatch.setattr(at.Backends, "lookup", slow_lookup)
-    monkeypatch.setattr(at.Autotuner, "_adopt", adopt_then_say)
+    monkeypatch.setattr(backends.Backends, "lookup", slow_lookup)
+    monkeypatch.setattr(tuner.Autotuner, "_adopt", adopt_then_say)
     u.scale_kernel.forget()
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
     u.scale(torch.randn(80))
     assert late.wait(30)
     ((key, source),) = u.scale_kernel.sources.items()
@@ -205,7 +210,7 @@ def test_the_share_check_runs_after_the_call_returns(sqlite_store, monkeypatch) 
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
     _, swapped = _pair()
     gate, finished = threading.Event(), threading.Event()
-    compare = at.written_mismatches
+    compare = share.written_mismatches
 
     def held(*a, **k):
         gate.wait(5)
@@ -213,11 +218,11 @@ def test_the_share_check_runs_after_the_call_returns(sqlite_store, monkeypatch) 
         finished.set()
         return got
 
-    monkeypatch.setattr(at, "written_mismatches", held)
+    monkeypatch.setattr(share, "written_mismatches", held)
     assert _call(swapped, 40) == {"BLOCK": 64}
     assert not finished.is_set()  # the call's result did not wait for the check
     gate.set()
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     assert finished.is_set()
     (rec,) = sqlite_store.list_records(kernel=swapped.undeclared.name)
     assert rec.config["BLOCK"] == 64

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from kernelsearch.kernels import registry
 from kernelsearch.kernels.capture import CAPTURE_VERSION
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
-from kernelsearch.service import autotune as at
+from kernelsearch import identity
 from kernelsearch.service.cli import app
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("isolated_client")]
@@ -25,7 +25,7 @@ def test_tune_runs_on_the_stored_call(sqlite_store, monkeypatch) -> None:
 
     x = torch.randn(N)
     named = {"x_ptr": x, "y_ptr": torch.empty_like(x), "n": N}
-    und = at.undeclared_kernel(u.scale_kernel, named)
+    und = identity.undeclared_kernel(u.scale_kernel, named)
     sqlite_store.save_definition(und.name, und.definition.as_json())
     tensor = {"kind": "tensor", "shape": [N], "strides": [1], "dtype": "float32"}
     call = {"version": CAPTURE_VERSION, "grids": [[-(-N // c.kwargs["BLOCK"]), 1, 1] for c in u.CONFIGS],

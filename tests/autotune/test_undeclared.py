@@ -4,6 +4,8 @@ first config, and served to a fresh process with no benchmark; a grown config li
 what is new; Triton's autotuner behaviours hold (hooks, pruning, one cache entry per key)."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import subprocess
 import sys
 
@@ -17,9 +19,9 @@ from svc_helpers import LiveServer, settings_for
 import kernelsearch
 from kernelsearch.kernels import registry
 from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel, written_mismatches
-from kernelsearch.service import autotune as at
+from kernelsearch import backends, identity, options
 from kernelsearch.service.api import create_app
-from kernelsearch.service.autotune import Source
+from kernelsearch.options import Source
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.tune_default,
               pytest.mark.usefixtures("isolated_client")]
@@ -98,7 +100,7 @@ def test_a_record_of_other_code_or_another_config_list_is_not_served(sqlite_stor
     u.scale_kernel.forget()
     x = torch.randn(64)
     u.scale(x)  # tunes and shares into the local store
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     (rec,) = sqlite_store.list_records(kernel=NAME)
     assert len(rec.config_timings) == 3
     # The same record, but tuned on other code: not served, tuned again.
@@ -107,11 +109,11 @@ def test_a_record_of_other_code_or_another_config_list_is_not_served(sqlite_stor
     from kernelsearch.db.views import RecordIn
 
     fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
-    sqlite_store.upsert_best(RecordIn(**{**fields, "source_hash": "0" * 16,
+    sqlite_store.upsert_best(trusted(RecordIn(**{**fields, "source_hash": "0" * 16,
                                          "latency_median_us": rec.latency_median_us / 2,
-                                         "latency_min_us": rec.latency_min_us / 2}))
+                                         "latency_min_us": rec.latency_min_us / 2})))
     u.scale_kernel.forget()
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
     u.BENCHED.clear()
     u.scale(x)
     assert list(u.scale_kernel.sources.values()) == [Source.TUNED_HERE] and len(u.BENCHED) == 3
@@ -137,7 +139,7 @@ def test_a_winner_that_writes_other_values_is_not_shared(sqlite_store, monkeypat
     x, y = torch.randn(64), torch.empty(64)
     wrong_kernel[(1,)](x, y, 64)
     assert wrong_kernel.best_config.kwargs["SHIFT"] == 1  # Triton's pick, used here
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     assert "does not write what the first config writes" in caplog.text
     assert sqlite_store.list_records(kernel=wrong_kernel.undeclared.name) == []
 
@@ -201,7 +203,7 @@ def test_every_key_value_triton_accepts_keys_a_category() -> None:
     assert axes == {"n": 96, "s": "float:0.1", "a": "str:relu", "d": "tl:fp16", "o": "none", "f": 1,
                     "x.dtype": "float32"}
     assert defn.case_axes({"x": x, "n": 96, "s": (1, 2), "a": "", "d": 1, "o": 1, "f": 1}) is None
-    kdef = at.kernel_def(defn)
+    kdef = identity.kernel_def(defn)
     assert kdef.validate_axes({k: str(v) for k, v in axes.items()}) == axes
     near = {**axes, "n": 128}
     assert kdef.distance(axes, near) < float("inf")
@@ -305,12 +307,12 @@ def test_an_optional_tensor_passed_as_none_keys_its_own_record(sqlite_store, mon
     torch.testing.assert_close(y, x * g)
     maybe_gated[grid](x, None, y, 40, HAS_G=False)
     torch.testing.assert_close(y, x)
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     recs = sqlite_store.list_records(kernel=maybe_gated.undeclared.name)
     assert sorted(r.axes["g_ptr.dtype"] for r in recs) == ["float32", "none"]
     # A fresh resolution of both keys is served from the store, no benchmark.
     maybe_gated.forget()
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
     maybe_gated[grid](x, g, y, 40, HAS_G=True)
     maybe_gated[grid](x, None, y, 40, HAS_G=False)
     assert set(maybe_gated.sources.values()) == {Source.STORE}
@@ -352,7 +354,7 @@ def test_one_declaration_keys_each_dtype(sqlite_store, monkeypatch, caplog) -> N
     record; a dtype outside the list says so once and is tuned here, not shared."""
     import logging
 
-    caplog.set_level(logging.INFO, logger="kernelsearch.service.autotune")
+    caplog.set_level(logging.INFO, logger="kernelsearch")
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
 
     @kernelsearch.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n"],
@@ -391,9 +393,9 @@ def test_a_server_setting_typo_is_no_concern_of_the_decorator(monkeypatch, caplo
     monkeypatch.setenv("KS_LEASE_SECONDS", "soon")
     monkeypatch.setenv("KS_HEARTBEAT_SECONDS", "100")
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
-    opts = at.Options.from_env()
-    assert opts.fallback is at.Fallback.FIRST
-    at.BACKENDS.prepare()
+    opts = options.Options.from_env()
+    assert opts.fallback is options.Fallback.FIRST
+    backends.BACKENDS.prepare()
     assert "KS_LEASE_SECONDS" not in caplog.text and "not prepared" not in caplog.text
 
 
@@ -422,10 +424,10 @@ def test_torch_compile_resolves_at_trace_time(sqlite_store, monkeypatch) -> None
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
     u.scale_kernel.forget()
     u.scale(torch.randn(64))  # tunes and shares into the local store
-    at.BACKENDS.drain(20)
+    backends.BACKENDS.drain(20)
     (rec,) = sqlite_store.list_records(kernel=NAME)
     u.scale_kernel.forget()
-    at.BACKENDS.reset()
+    backends.BACKENDS.reset()
     prune, configs = u.scale_kernel.early_config_prune, u.scale_kernel.configs
 
     def traced(x: torch.Tensor, n: int) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """`kernelsearch db ...` and `kernelsearch records ...` through typer's CliRunner."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import json
 import sqlite3
 
@@ -43,9 +45,9 @@ def test_records_commands_refuse_an_unmigrated_database(sqlite_url: str) -> None
 
 
 def test_export_import_list(store: Store, tmp_path, make_db_url) -> None:
-    store.upsert_best(make_record(5.0, minutes=0, config=FULL))
-    store.upsert_best(make_record(4.0, minutes=1, config={**FULL, "BLOCK_P": 64}))
-    store.upsert_best(make_record(2.0, axes={"seq_len": 8}, kernel="vision_rope3d_spatial_merge_bwd"))
+    store.upsert_best(trusted(make_record(5.0, minutes=0, config=FULL)))
+    store.upsert_best(trusted(make_record(4.0, minutes=1, config={**FULL, "BLOCK_P": 64})))
+    store.upsert_best(trusted(make_record(2.0, axes={"seq_len": 8}, kernel="vision_rope3d_spatial_merge_bwd")))
 
     out = tmp_path / "export" / "records.json"
     res = run("records", "export", "--url", store.url, "--kernel", KERNEL, "--history", str(out))
@@ -78,7 +80,7 @@ def test_export_import_list(store: Store, tmp_path, make_db_url) -> None:
 def test_import_if_empty_imports_into_an_empty_database(sqlite_url: str, tmp_path) -> None:
     assert run("db", "upgrade", "--url", sqlite_url).exit_code == 0
     with Store(sqlite_url) as s:
-        s.upsert_best(make_record(3.0, config=FULL))
+        s.upsert_best(trusted(make_record(3.0, config=FULL)))
         doc = s.export_records()
     f = tmp_path / "shipped.json"
     f.write_text(json.dumps(doc))
@@ -114,7 +116,7 @@ def test_import_from_stdin_and_missing_file(store: Store, tmp_path) -> None:
 
 
 def test_records_list_names_the_known_kernels_for_an_unknown_one(store: Store) -> None:
-    store.upsert_best(make_record(4.0))
+    store.upsert_best(trusted(make_record(4.0)))
     res = run("records", "list", "--url", store.url, "--kernel", "nope")
     assert res.exit_code == 1
     assert "unknown kernel 'nope'" in res.stderr and KERNEL in res.stderr
@@ -124,8 +126,8 @@ def test_records_list_names_the_known_kernels_for_an_unknown_one(store: Store) -
 
 
 def test_records_list_prints_latency_in_a_fitting_unit(store: Store) -> None:
-    store.upsert_best(make_record(1642731.05))
-    store.upsert_best(make_record(4.0, axes={"seq_len": 8}))
+    store.upsert_best(trusted(make_record(1642731.05)))
+    store.upsert_best(trusted(make_record(4.0, axes={"seq_len": 8})))
     lines = run("records", "list", "--url", store.url).stdout.strip().splitlines()
     medians = sorted(ln.split("\t")[3] for ln in lines[1:])
     assert lines[0].split("\t")[3] == "median" and medians == ["1.64 s", "4.00 us"]

@@ -1,6 +1,8 @@
 """Races between several real processes (spawn) on SQLite and PostgreSQL."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import multiprocessing
 import random
 import time
@@ -59,7 +61,7 @@ def test_concurrent_upserts_keep_the_best_record(store: Store) -> None:
 
 def test_concurrent_imports_of_one_file_store_it_once(store: Store, make_db_url) -> None:
     for i, lat in enumerate([9.0, 7.0, 8.0, 3.0]):
-        store.upsert_best(make_record(lat, axes={"total_patches": 64 * (1 + i % 2)}, minutes=i, config={"i": i}))
+        store.upsert_best(trusted(make_record(lat, axes={"total_patches": 64 * (1 + i % 2)}, minutes=i, config={"i": i})))
     doc = store.export_records(include_history=True)
     target = make_db_url("postgres" if store.engine.dialect.name == "postgresql" else "sqlite")
     upgrade(target)

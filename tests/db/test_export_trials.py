@@ -2,6 +2,8 @@
 files still import. Run against SQLite and PostgreSQL (the `store` fixture)."""
 from __future__ import annotations
 
+from trusted_records import trust_check, trusted
+
 import copy
 import json
 
@@ -26,8 +28,8 @@ def _tuned(store: Store) -> None:
     # Another study of another case: not this record's trials.
     store.add_trial_summary("other", KERNEL, DEVICE, {"total_patches": 128}, 0, "complete",
                             {"BLOCK_P": 8}, 3.0, None, None)
-    store.upsert_best(make_record(5.0, axes=AXES, study_name=STUDY, job_id=7,
-                                  eager_latency_us=50.0, compile_latency_us=20.0))
+    store.upsert_best(trusted(make_record(5.0, axes=AXES, study_name=STUDY, job_id=7,
+                                  eager_latency_us=50.0, compile_latency_us=20.0)))
 
 
 def test_export_carries_trials_and_references(store: Store) -> None:
@@ -52,7 +54,7 @@ def test_import_restores_trials_and_speedups(store: Store, tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'other.db'}"
     upgrade(url)
     with Store(url) as other:
-        rep = other.import_records(doc)
+        rep = other.import_records(doc, check=trust_check)
         assert (rep.added, rep.trials_added) == (1, 4)
         (rec,) = other.list_records()
         assert (rec.speedup_eager, rec.speedup_compile) == (10.0, 4.0)
@@ -63,7 +65,7 @@ def test_import_restores_trials_and_speedups(store: Store, tmp_path) -> None:
                                      (2, "complete", 5.0, None), (3, "fail", None, "wrong_result")]
         assert trials[3]["message"] == "max rel error 0.3"
         assert other.job_trials(7) == []  # job 7 is the tuning database's, not this one's
-        again = other.import_records(doc)
+        again = other.import_records(doc, check=trust_check)
         assert (again.added, again.unchanged, again.trials_added) == (0, 1, 0)
         assert len(other.trial_summaries(KERNEL, DEVICE, AXES)) == 4
 
@@ -82,10 +84,10 @@ def test_trials_of_a_record_already_present_are_added(store: Store, tmp_path) ->
     url = f"sqlite:///{tmp_path / 'old.db'}"
     upgrade(url)
     with Store(url) as old:
-        assert old.import_records(v1).trials_added == 0
+        assert old.import_records(v1, check=trust_check).trials_added == 0
         assert old.trial_summaries(KERNEL, DEVICE, AXES) == []
         v = old.records_version()
-        rep = old.import_records(doc)
+        rep = old.import_records(doc, check=trust_check)
         assert (rep.added, rep.unchanged, rep.trials_added) == (0, 1, 4)
         assert len(old.trial_summaries(KERNEL, DEVICE, AXES)) == 4
         (rec,) = old.list_records()  # and the references the old file lacked
@@ -98,7 +100,7 @@ def test_version_1_file_imports(store: Store) -> None:
         {k: v for k, v in make_record(4.0).__dict__.items() if k not in ("trials", "eager_latency_us",
                                                                          "compile_latency_us")}]}
     v1 = json.loads(json.dumps(v1, default=str))
-    rep = store.import_records(v1)
+    rep = store.import_records(v1, check=trust_check)
     assert rep.added == 1 and rep.trials_added == 0
     (rec,) = store.list_records()
     assert rec.speedup_eager is None and rec.eager_latency_us is None
@@ -121,14 +123,14 @@ def test_bad_trials_or_references_reject_the_file(store: Store, mutate, expected
     doc["records"][0].update(latency_median_us=1.0, latency_min_us=0.5, config={"NEW": 1})
     mutate(doc["records"][0])
     with pytest.raises(ImportRejected, match=expected):
-        store.import_records(doc)
+        store.import_records(doc, check=trust_check)
     assert len(store.list_records(include_history=True)) == 1
 
 
 def test_upsert_with_trials_stores_them(store: Store) -> None:
     rec = make_record(3.0, study_name="s", trials=[
         TrialIn(number=0, state="complete", config={"BLOCK_P": 8}, latency_median_us=3.0)])
-    store.upsert_best(rec)
+    store.upsert_best(trusted(rec))
     assert [t["trial_number"] for t in store.trial_summaries(KERNEL, DEVICE, {"total_patches": 64})] == [0]
 
 

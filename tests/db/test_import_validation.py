@@ -2,6 +2,8 @@
 what the kernel does not declare; any valid SQLite export loads into PostgreSQL."""
 from __future__ import annotations
 
+from trusted_records import trust_check, trusted
+
 import copy
 import dataclasses
 import json
@@ -31,9 +33,9 @@ def _doc(tmp_path, **kw: Any) -> dict[str, Any]:
     upgrade(url)
     with Store(url) as src:
         for n, axes in enumerate(({"seq_len": 128}, {"seq_len": 2851})):
-            src.upsert_best(make_record(20.0 + n, kernel=KB, axes=axes, work=k.bytes_moved(axes),
+            src.upsert_best(trusted(make_record(20.0 + n, kernel=KB, axes=axes, work=k.bytes_moved(axes),
                                         config=k.default_config, minutes=n,
-                                        device_info={"name": "NVIDIA H200"}, **kw))
+                                        device_info={"name": "NVIDIA H200"}, **kw)))
         return json.loads(json.dumps(src.export_records(include_history=True)))
 
 
@@ -84,13 +86,13 @@ def test_import_refuses_what_a_backend_would_not_store(store: Store, tmp_path, m
     doc = _doc(tmp_path)
     mutate(doc)
     with pytest.raises(ImportRejected, match=expected):
-        store.import_records(doc)
+        store.import_records(doc, check=trust_check)
     assert store.list_records(include_history=True) == []
 
 
 def test_upsert_refuses_an_over_long_device_on_both_backends(store: Store) -> None:
     with pytest.raises(ValueError, match=r"rec\.device"):
-        store.upsert_best(make_record(3.0, device="G" * 201))
+        store.upsert_best(trusted(make_record(3.0, device="G" * 201)))
     assert store.list_records(include_history=True) == []
 
 
@@ -104,9 +106,9 @@ def test_a_sqlite_export_at_the_widths_loads_into_either_backend(tmp_path, store
                              "cuda_version": "c" * 32, "driver_version": "d" * 32,
                              "interpreter": False, "l2_bytes": 62914560, "note": "κ"})
     with Store(src_url) as src:
-        src.upsert_best(dataclasses.replace(make_record(5.0, kernel=KA), **wide))
+        src.upsert_best(trusted(dataclasses.replace(make_record(5.0, kernel=KA), **wide)))
         doc = json.loads(json.dumps(src.export_records(include_history=True)))
-    rep = store.import_records(doc)
+    rep = store.import_records(doc, check=trust_check)
     assert (rep.added, rep.unchanged) == (1, 0)
     (got,) = store.list_records()
     assert (got.device, got.study_name, got.job_id) == (wide["device"], wide["study_name"], 2**31 - 1)
@@ -165,8 +167,8 @@ def test_cli_import_refuses_an_impossible_latency(store: Store, tmp_path) -> Non
 def test_cli_import_refuses_axes_that_do_not_key_a_case(store: Store, tmp_path) -> None:
     k = kernels.get_kernel(KA)
     axes = {"total_patches": 64}
-    store.upsert_best(make_record(3.0, kernel=KA, axes=axes, work=k.bytes_moved(axes),
-                                  config=k.default_config))
+    store.upsert_best(trusted(make_record(3.0, kernel=KA, axes=axes, work=k.bytes_moved(axes),
+                                  config=k.default_config)))
     doc = json.loads(json.dumps(store.export_records()))
     doc["records"][0]["axes"] = {"total_patches": 64, "num_images": 2}
     res = _import(store.url, doc, tmp_path)
@@ -182,7 +184,7 @@ def test_cli_import_of_a_valid_file_still_works(store: Store, tmp_path) -> None:
 
 # -- item 10: export of an unknown selection, `db current` on a missing file ----------------------
 def test_export_of_an_unknown_kernel_or_device_fails(store: Store, tmp_path) -> None:
-    store.upsert_best(make_record(3.0))
+    store.upsert_best(trusted(make_record(3.0)))
     out = tmp_path / "out.json"
     res = runner.invoke(app, ["records", "export", "--url", store.url, "--kernel", "foo", str(out)])
     assert res.exit_code == 1 and "unknown kernel 'foo'" in res.stderr and KA in res.stderr
@@ -193,7 +195,7 @@ def test_export_of_an_unknown_kernel_or_device_fails(store: Store, tmp_path) -> 
 
 
 def test_export_of_a_valid_empty_selection_says_so(store: Store, tmp_path) -> None:
-    store.upsert_best(make_record(3.0))  # kernel A only
+    store.upsert_best(trusted(make_record(3.0)))  # kernel A only
     out = tmp_path / "out.json"
     res = runner.invoke(app, ["records", "export", "--url", store.url, "--kernel", KB, str(out)])
     assert res.exit_code == 0, res.output

@@ -5,6 +5,8 @@ writes) raises LeaseLost and changes nothing, even when the new holder has the s
 (a worker restarted with the same KS_WORKER_ID while the old one hung)."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import time
 from typing import Any
 
@@ -61,7 +63,7 @@ def test_every_write_under_an_old_lease_is_refused_and_changes_nothing(store: St
         "trial summary": lambda: stale.add_trial_summary(
             STUDY, KERNEL, DEVICE, AXES, 7, "complete", {"BLOCK_P": 32}, 1.0, None, None,
             job_id=old.job_id),
-        "record": lambda: stale.upsert_best(make_record(1.0, job_id=old.job_id)),
+        "record": lambda: stale.upsert_best(trusted(make_record(1.0, job_id=old.job_id))),
         "device": lambda: stale.ensure_device({"name": "stale device"}),
     }
     for name, write in writes.items():
@@ -95,7 +97,7 @@ def test_a_lease_no_one_claimed_since_still_writes(store: Store) -> None:
     time.sleep(0.05)
     assert store.claim_job("w2", lease_seconds=60) is None
     store.heartbeat(lease)
-    store.under_lease(lease).upsert_best(make_record(2.0, job_id=lease.job_id))
+    store.under_lease(lease).upsert_best(trusted(make_record(2.0, job_id=lease.job_id)))
     with Session(store.engine) as s:
         store.check_study_claim(s, STUDY, lease)
     store.finish_job(lease, "succeeded")

@@ -1,6 +1,8 @@
 """Migrations: from empty, reversible, next to Optuna's tables without a diff, and the schema check."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import optuna
 import pytest
 from alembic import command
@@ -123,9 +125,9 @@ def test_0009_keys_the_kernels_a_store_already_has(db_url: str) -> None:
         with engine.connect() as conn:
             (key,) = conn.execute(text("SELECT name_key FROM ks_kernels")).one()
         assert key == kernel_key("vision_rope_generation_bwd")
-        store.upsert_best(make_record(5.0))
+        store.upsert_best(trusted(make_record(5.0)))
         long = "pkg." + "k" * 900
-        store.upsert_best(make_record(6.0, kernel=long))
+        store.upsert_best(trusted(make_record(6.0, kernel=long)))
         assert [r.latency_median_us for r in store.list_records()] == [6.0, 5.0]
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM ks_kernels")).scalar_one() == 2

@@ -3,6 +3,8 @@ worker's (or an import's) record, a withdrawn record gives its place to the best
 and a tuned_at whose UTC offset overflows is a ValueError naming the field, not an OverflowError."""
 from __future__ import annotations
 
+from trusted_records import trust_check, trusted
+
 import dataclasses
 import json
 from datetime import datetime
@@ -21,29 +23,29 @@ def upload(latency: float, **kw):
 
 
 def test_an_upload_never_supersedes_a_worker_record(store: Store) -> None:
-    worker, _ = store.upsert_best(make_record(10.0))
-    faster, improved = store.upsert_best(upload(1.0, minutes=1))
+    worker, _ = store.upsert_best(trusted(make_record(10.0)))
+    faster, improved = store.upsert_best(trusted(upload(1.0, minutes=1)))
     assert not improved and not faster.is_current and faster.superseded_by == worker.id
     (cur,) = store.list_records()
     assert cur.id == worker.id and cur.origin == "worker"
 
 
 def test_uploads_compete_and_a_measured_record_replaces_them(store: Store) -> None:
-    first, ok = store.upsert_best(upload(10.0))
+    first, ok = store.upsert_best(trusted(upload(10.0)))
     assert ok
-    second, ok = store.upsert_best(upload(8.0, minutes=1))
+    second, ok = store.upsert_best(trusted(upload(8.0, minutes=1)))
     assert ok and (second.uploaded_by, second.uploaded_from) == ("anonymous", "laptop")
-    slower, ok = store.upsert_best(upload(9.0, minutes=2))
+    slower, ok = store.upsert_best(trusted(upload(9.0, minutes=2)))
     assert not ok
-    imported, ok = store.upsert_best(make_record(12.0, minutes=3, origin="import"))
+    imported, ok = store.upsert_best(trusted(make_record(12.0, minutes=3, origin="import")))
     assert ok, "an import (a deployment's measurement) replaces an upload even when slower"
     assert [r.id for r in store.list_records()] == [imported.id]
 
 
 def test_withdrawing_the_current_record_serves_the_best_of_its_history(store: Store) -> None:
-    slow_worker, _ = store.upsert_best(make_record(20.0))
-    up, _ = store.upsert_best(upload(5.0, minutes=1))  # history: never over the worker
-    fast_worker, _ = store.upsert_best(make_record(10.0, minutes=2))
+    slow_worker, _ = store.upsert_best(trusted(make_record(20.0)))
+    up, _ = store.upsert_best(trusted(upload(5.0, minutes=1)))  # history: never over the worker
+    fast_worker, _ = store.upsert_best(trusted(make_record(10.0, minutes=2)))
     version = store.records_version()
     got = store.withdraw_record(fast_worker.id)
     assert got.withdrawn.id == fast_worker.id
@@ -65,8 +67,8 @@ def test_withdrawing_the_current_record_serves_the_best_of_its_history(store: St
 
 
 def test_withdrawing_history_leaves_the_current_record(store: Store) -> None:
-    old, _ = store.upsert_best(make_record(20.0))
-    new, _ = store.upsert_best(make_record(10.0, minutes=1))
+    old, _ = store.upsert_best(trusted(make_record(20.0)))
+    new, _ = store.upsert_best(trusted(make_record(10.0, minutes=1)))
     got = store.withdraw_record(old.id)
     assert got.now_current is not None and got.now_current.id == new.id
     assert [r.id for r in store.list_records(include_history=True)] == [new.id]
@@ -76,7 +78,7 @@ def test_withdrawing_history_leaves_the_current_record(store: Store) -> None:
 def test_a_tuned_at_that_overflows_in_utc_names_the_field(store: Store, when: str) -> None:
     rec = dataclasses.replace(make_record(5.0), tuned_at=datetime.fromisoformat(when))
     with pytest.raises(InvalidRecord) as e:
-        store.upsert_best(rec)
+        store.upsert_best(trusted(rec))
     assert e.value.field == "tuned_at"
     doc = json.loads(json.dumps(store.export_records()))
     entry = {**dataclasses.asdict(make_record(5.0)), "tuned_at": when}
@@ -87,13 +89,13 @@ def test_a_tuned_at_that_overflows_in_utc_names_the_field(store: Store, when: st
 
 
 def test_provenance_survives_export_and_import(store: Store, make_db_url) -> None:
-    store.upsert_best(upload(5.0))
+    store.upsert_best(trusted(upload(5.0)))
     doc = json.loads(json.dumps(store.export_records()))
     assert doc["records"][0]["origin"] == "upload"
     url = make_db_url("sqlite")
     upgrade(url)
     with Store(url) as other:
-        other.import_records(doc)
+        other.import_records(doc, check=trust_check)
         (got,) = other.list_records()
     assert (got.origin, got.uploaded_by, got.uploaded_from) == ("upload", "anonymous", "laptop")
     # A file that does not say where its records came from holds imports.
@@ -104,5 +106,5 @@ def test_provenance_survives_export_and_import(store: Store, make_db_url) -> Non
 
 def test_an_unknown_origin_is_refused(store: Store) -> None:
     with pytest.raises(InvalidRecord) as e:
-        store.upsert_best(make_record(5.0, origin="admin"))
+        store.upsert_best(trusted(make_record(5.0, origin="admin")))
     assert e.value.field == "origin"

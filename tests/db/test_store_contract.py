@@ -1,6 +1,8 @@
 """The storage contract, run unchanged against SQLite and PostgreSQL (the `store` fixture)."""
 from __future__ import annotations
 
+from trusted_records import trust_check, trusted
+
 import copy
 import dataclasses
 import json
@@ -246,13 +248,13 @@ def test_status_arguments_are_checked(store: Store) -> None:
 
 def test_better_record_supersedes_and_history_is_kept(store: Store) -> None:
     v0 = store.records_version()
-    first, improved = store.upsert_best(make_record(10.0, minutes=0))
+    first, improved = store.upsert_best(trusted(make_record(10.0, minutes=0)))
     assert improved and first.is_current and first.superseded_at is None
-    worse, improved = store.upsert_best(make_record(12.0, minutes=1, config={"BLOCK_P": 64}))
+    worse, improved = store.upsert_best(trusted(make_record(12.0, minutes=1, config={"BLOCK_P": 64})))
     assert not improved and not worse.is_current and worse.superseded_at is not None
-    better, improved = store.upsert_best(make_record(8.0, minutes=2, config={"BLOCK_P": 16}))
+    better, improved = store.upsert_best(trusted(make_record(8.0, minutes=2, config={"BLOCK_P": 16})))
     assert improved and better.is_current
-    tie, improved = store.upsert_best(make_record(8.0, minutes=3, config={"BLOCK_P": 8}))
+    tie, improved = store.upsert_best(trusted(make_record(8.0, minutes=3, config={"BLOCK_P": 8})))
     assert not improved, "only a strictly lower median supersedes"
 
     history = store.record_history(KERNEL, DEVICE, {"total_patches": 64})
@@ -268,9 +270,9 @@ def test_better_record_supersedes_and_history_is_kept(store: Store) -> None:
 
 def test_identical_record_twice_is_a_no_op(store: Store) -> None:
     rec = make_record(10.0)
-    first, _ = store.upsert_best(rec)
+    first, _ = store.upsert_best(trusted(rec))
     v = store.records_version()
-    again, improved = store.upsert_best(rec)
+    again, improved = store.upsert_best(trusted(rec))
     assert again.id == first.id and improved is False
     assert store.records_version() == v
     assert len(store.list_records(include_history=True)) == 1
@@ -284,8 +286,8 @@ def test_identical_record_twice_is_a_no_op(store: Store) -> None:
 def test_a_record_differing_in_one_measured_field_is_a_new_record(store: Store, change) -> None:
     """The fingerprint that makes a re-import a no-op covers each field: the same latency with
     another config (or source, versions, ...) is another record, not the first one again."""
-    first, _ = store.upsert_best(make_record(10.0))
-    other, _ = store.upsert_best(dataclasses.replace(make_record(10.0), **change))
+    first, _ = store.upsert_best(trusted(make_record(10.0)))
+    other, _ = store.upsert_best(trusted(dataclasses.replace(make_record(10.0), **change)))
     assert other.id != first.id
     key = next(iter(change))
     assert getattr(other, key) == change[key] != getattr(first, key)
@@ -302,7 +304,7 @@ def test_record_round_trips_every_field(store: Store) -> None:
         job_id=7,
         device_info={"name": DEVICE, "compute_capability": "9.0", "memory_bytes": 150_000_000_000},
     )
-    view, _ = store.upsert_best(rec)
+    view, _ = store.upsert_best(trusted(rec))
     for f in ("kernel", "axes", "work", "device", "device_info", "torch_version", "triton_version",
               "source_hash", "config", "latency_median_us", "latency_min_us", "latency_max_us",
               "latency_iqr_us", "timing_method", "roofline_pct", "speedup_eager", "speedup_compile",
@@ -314,9 +316,9 @@ def test_record_round_trips_every_field(store: Store) -> None:
 
 
 def test_find_best_exact_and_nearest(store: Store) -> None:
-    small, _ = store.upsert_best(make_record(3.0, axes={"total_patches": 64}, work=1000.0))
-    large, _ = store.upsert_best(make_record(9.0, axes={"total_patches": 1024}, work=9000.0))
-    store.upsert_best(make_record(1.0, axes={"total_patches": 64}, device="other GPU"))
+    small, _ = store.upsert_best(trusted(make_record(3.0, axes={"total_patches": 64}, work=1000.0)))
+    large, _ = store.upsert_best(trusted(make_record(9.0, axes={"total_patches": 1024}, work=9000.0)))
+    store.upsert_best(trusted(make_record(1.0, axes={"total_patches": 64}, device="other GPU")))
     def best(axes, work, kernel=KERNEL, device=DEVICE):
         return store.find_best(kernel, device, axes, nearest_to(axes))
 
@@ -335,7 +337,7 @@ def test_nearest_is_the_kernels_log_ratio_over_many_records(store: Store) -> Non
     # bytes (the kernel's definition), which differs from the nearer by difference here.
     ids = {}
     for p in (64, 256, 1024, 4096):
-        ids[p] = store.upsert_best(make_record(3.0, axes={"total_patches": p}))[0].id
+        ids[p] = store.upsert_best(trusted(make_record(3.0, axes={"total_patches": p})))[0].id
     for query, want in ((150, 256), (600, 1024), (1900, 1024), (3000, 4096), (40, 64), (9000, 4096)):
         axes = {"total_patches": query}
         got = store.find_best(KERNEL, DEVICE, axes, nearest_to(axes))
@@ -348,9 +350,9 @@ def test_nearest_is_the_kernels_log_ratio_over_many_records(store: Store) -> Non
 
 
 def test_list_records_filters(store: Store) -> None:
-    store.upsert_best(make_record(3.0, axes={"total_patches": 64}))
-    store.upsert_best(make_record(3.0, axes={"seq_len": 4}, kernel="vision_rope3d_spatial_merge_bwd"))
-    store.upsert_best(make_record(3.0, axes={"total_patches": 64}, device="cpu (triton interpreter)"))
+    store.upsert_best(trusted(make_record(3.0, axes={"total_patches": 64})))
+    store.upsert_best(trusted(make_record(3.0, axes={"seq_len": 4}, kernel="vision_rope3d_spatial_merge_bwd")))
+    store.upsert_best(trusted(make_record(3.0, axes={"total_patches": 64}, device="cpu (triton interpreter)")))
     assert len(store.list_records()) == 3
     assert {r.kernel for r in store.list_records(kernel=KERNEL)} == {KERNEL}
     assert {r.device for r in store.list_records(device=DEVICE)} == {DEVICE}
@@ -372,7 +374,7 @@ def test_upsert_rejects_bad_record_naming_the_field(store: Store, change: dict, 
     for k, v in change.items():
         setattr(rec, k, v)
     with pytest.raises(ValueError, match=field):
-        store.upsert_best(rec)
+        store.upsert_best(trusted(rec))
     assert store.list_records(include_history=True) == []
 
 
@@ -392,8 +394,8 @@ def test_a_kernel_of_any_python_name_is_stored_like_any_other(store: Store, name
     non-ASCII `module.qualname`; a near twin (one character less) is another kernel."""
     assert len(LONG_NAME) == 1000
     twin = name[:-1]
-    store.upsert_best(make_record(10.0, kernel=name, study_name="s1"))
-    store.upsert_best(make_record(20.0, kernel=twin))
+    store.upsert_best(trusted(make_record(10.0, kernel=name, study_name="s1")))
+    store.upsert_best(trusted(make_record(20.0, kernel=twin)))
     assert [r.kernel for r in store.list_records(kernel=name)] == [name]
     got = store.find_best(name, DEVICE, {"total_patches": 64}, nearest_to({"total_patches": 64}, KERNEL))
     assert got is not None and got[0].latency_median_us == 10.0 and got[1] == "exact"
@@ -407,7 +409,7 @@ def test_a_kernel_of_any_python_name_is_stored_like_any_other(store: Store, name
     assert store.kernel_definitions() == {name: {"name": name}}
     doc = json.loads(json.dumps(store.export_records(kernel=name)))
     assert [r["kernel"] for r in doc["records"]] == [name] and list(doc["kernels"]) == [name]
-    assert store.import_records(doc).unchanged == 1
+    assert store.import_records(doc, check=trust_check).unchanged == 1
     with pytest.raises(ValueError, match="kernel"):
         store.create_job(name + "x" * (1001 - len(name)), CASES, 2, "tpe")
 
@@ -441,9 +443,9 @@ def test_ensure_device_is_idempotent_and_refreshes(store: Store) -> None:
 
 
 def _seed(store: Store) -> None:
-    store.upsert_best(make_record(10.0, minutes=0))
-    store.upsert_best(make_record(7.0, minutes=1, config={"BLOCK_P": 16}))
-    store.upsert_best(make_record(3.0, axes={"total_patches": 1024}, minutes=2))
+    store.upsert_best(trusted(make_record(10.0, minutes=0)))
+    store.upsert_best(trusted(make_record(7.0, minutes=1, config={"BLOCK_P": 16})))
+    store.upsert_best(trusted(make_record(3.0, axes={"total_patches": 1024}, minutes=2)))
 
 
 def test_export_import_round_trip_is_idempotent(store: Store, tmp_path) -> None:
@@ -454,7 +456,7 @@ def test_export_import_round_trip_is_idempotent(store: Store, tmp_path) -> None:
 
     # Into itself: nothing changes.
     v = store.records_version()
-    rep = store.import_records(doc)
+    rep = store.import_records(doc, check=trust_check)
     assert (rep.added, rep.superseded, rep.unchanged) == (0, 0, 3)
     assert store.records_version() == v
 
@@ -464,9 +466,9 @@ def test_export_import_round_trip_is_idempotent(store: Store, tmp_path) -> None:
     other_url = f"sqlite:///{tmp_path / 'other.db'}"
     upgrade(other_url)
     with Store(other_url) as other:
-        rep = other.import_records(doc)
+        rep = other.import_records(doc, check=trust_check)
         assert (rep.added, rep.superseded, rep.unchanged) == (3, 1, 0)
-        again = other.import_records(doc)
+        again = other.import_records(doc, check=trust_check)
         assert (again.added, again.superseded, again.unchanged) == (0, 0, 3)
         src = [(r.axes, r.latency_median_us, r.is_current, r.config) for r in store.list_records(include_history=True)]
         dst = [(r.axes, r.latency_median_us, r.is_current, r.config) for r in other.list_records(include_history=True)]
@@ -474,15 +476,15 @@ def test_export_import_round_trip_is_idempotent(store: Store, tmp_path) -> None:
 
 
 def test_import_goes_through_the_supersede_rule(store: Store) -> None:
-    store.upsert_best(make_record(5.0, minutes=0))
+    store.upsert_best(trusted(make_record(5.0, minutes=0)))
     doc = store.export_records()
     doc["records"][0].update(latency_median_us=9.0, latency_min_us=8.0, latency_max_us=10.0, config={"X": 1})
-    rep = store.import_records(doc)
+    rep = store.import_records(doc, check=trust_check)
     assert (rep.added, rep.superseded) == (1, 0)
     (cur,) = store.list_records()
     assert cur.latency_median_us == 5.0, "a slower imported record is history only"
     doc["records"][0].update(latency_median_us=2.0, latency_min_us=1.0, config={"X": 2})
-    rep = store.import_records(doc)
+    rep = store.import_records(doc, check=trust_check)
     assert (rep.added, rep.superseded) == (1, 1)
     assert store.list_records()[0].latency_median_us == 2.0
 
@@ -508,7 +510,7 @@ def test_malformed_import_is_rejected_whole(store: Store, mutate, expected: str)
     before = [r.id for r in store.list_records(include_history=True)]
     v = store.records_version()
     with pytest.raises(ImportRejected, match=expected):
-        store.import_records(fresh)
+        store.import_records(fresh, check=trust_check)
     assert [r.id for r in store.list_records(include_history=True)] == before
     assert store.records_version() == v
 
@@ -537,7 +539,7 @@ def test_unreachable_database_raises_store_unavailable(db_url: str, tmp_path) ->
 
 
 def test_views_are_plain_data(store: Store) -> None:
-    view, _ = store.upsert_best(make_record(4.0))
+    view, _ = store.upsert_best(trusted(make_record(4.0)))
     d = view.as_dict()
     assert json.loads(json.dumps(d)) == d
     assert datetime.fromisoformat(d["tuned_at"]) == make_record(4.0).tuned_at
@@ -561,7 +563,7 @@ def test_each_repository_stands_alone(db_url: str) -> None:
     with RecordRepo(db_url) as records:
         assert isinstance(records, interfaces.RecordRepository)
         assert not isinstance(records, interfaces.JobQueue)
-        view, improved = records.upsert_best(make_record(10.0))
+        view, improved = records.upsert_best(trusted(make_record(10.0)))
         assert improved and records.find_best(KERNEL, DEVICE, view.axes,
                                               nearest_to(view.axes))[0].id == view.id
         assert records.has_records() and records.records_version() == 1

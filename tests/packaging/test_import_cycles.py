@@ -4,8 +4,8 @@ and each layer imports only the layers below it.
 A cycle hidden by an import inside a function works until someone moves that import to the top
 (or imports the other module first), so every import statement counts, wherever it stands; so
 does one under `if TYPE_CHECKING:` (it becomes a real import as soon as a type is needed at run
-time). The walk covers every package: kernelsearch (service/package_root), kernels, search_space,
-db and service.
+time). The walk covers every package: kernelsearch (service/client: the client), kernels, search_space,
+db and service (the server).
 """
 from __future__ import annotations
 
@@ -18,21 +18,27 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # Each folder and the package it installs as (pyproject.toml's [tool.setuptools.package-dir]).
 PACKAGES = {
-    "service/package_root": "kernelsearch",
+    "service/client": "kernelsearch",
     "kernels": "kernelsearch.kernels",
     "search_space": "kernelsearch.search_space",
     "db": "kernelsearch.db",
     "service": "kernelsearch.service",
 }
 # What each layer may import of the others: service -> search_space -> kernels, and db under
-# service and search_space only; the root package may reach any (its names resolve lazily).
+# service and search_space only. The root package, the client (what runs in a user's program),
+# may reach any but the server's app (`CLIENT_NEVER`); the server never imports the client but
+# where `SERVER_USES_CLIENT` says why.
 LAYERS = {
     "kernelsearch.kernels": {"kernelsearch.kernels"},
     "kernelsearch.db": {"kernelsearch.db"},
     "kernelsearch.search_space": {"kernelsearch.search_space", "kernelsearch.kernels", "kernelsearch.db"},
     "kernelsearch.service": {"kernelsearch.service", "kernelsearch.search_space", "kernelsearch.kernels",
-                             "kernelsearch.db", "kernelsearch"},
+                             "kernelsearch.db"},
 }
+CLIENT_NEVER = ("kernelsearch.service.app", "kernelsearch.service.api", "kernelsearch.service.routers",
+                "kernelsearch.service.deps", "kernelsearch.service.worker", "kernelsearch.service.dashboard")
+# `kernelsearch bench` runs kernels as a user's program does: through the client's provider.
+SERVER_USES_CLIENT = {("kernelsearch.service.cli_bench", "kernelsearch.provider")}
 
 
 def _module_name(folder: Path, package: str, path: Path) -> str:
@@ -44,7 +50,7 @@ def _module_name(folder: Path, package: str, path: Path) -> str:
 
 def _modules() -> dict[str, Path]:
     """Every module of every package, by its installed name (a folder nested in another, such as
-    service/package_root, belongs to its own package only)."""
+    service/client, belongs to its own package only)."""
     out: dict[str, Path] = {}
     others = {REPO / f for f in PACKAGES}
     for folder, package in PACKAGES.items():
@@ -136,7 +142,8 @@ def test_the_walk_covers_every_package() -> None:
     mods = _modules()
     for package in PACKAGES.values():
         assert package in mods, package
-    assert "kernelsearch.service.package_root" not in mods
+    assert "kernelsearch.service.client" not in mods
+    assert {"kernelsearch.tuner", "kernelsearch.backends", "kernelsearch.helion"} <= set(mods)
     assert {"kernelsearch.kernels.spec", "kernelsearch.search_space.tuner", "kernelsearch.db.store",
             "kernelsearch.service.app", "kernelsearch.db.repos.jobs"} <= set(mods)
 
@@ -175,5 +182,26 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_each_layer_imports_only_the_layers_below_it(layer: str) -> None:
     bad = sorted(f"{m} imports {t}" for m, ts in _graph().items() if _layer(m) == layer
-                 for t in ts if _layer(t) not in LAYERS[layer])
+                 for t in ts if _layer(t) not in LAYERS[layer] and (m, t) not in SERVER_USES_CLIENT)
     assert not bad, f"{layer} may import only {sorted(LAYERS[layer])}: " + "; ".join(bad)
+
+
+def test_the_client_never_imports_the_servers_app() -> None:
+    bad = sorted(f"{m} imports {t}" for m, ts in _graph().items() if _layer(m) == "kernelsearch"
+                 for t in ts if t.startswith(CLIENT_NEVER))
+    assert not bad, "; ".join(bad)
+
+
+def test_no_hook_imports_the_decorator() -> None:
+    """The Triton cache manager, the Helion backend and get_kernel's provider use the backends
+    object, never the decorator (not even through another module)."""
+    graph = _graph()
+    for hook in ("kernelsearch.triton_cache", "kernelsearch.helion", "kernelsearch.provider"):
+        seen, todo = set(), [hook]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert "kernelsearch.backends" in seen, hook
+        assert not seen & {"kernelsearch.tuner", "kernelsearch.decorator"}, hook

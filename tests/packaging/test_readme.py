@@ -28,10 +28,10 @@ def _resolve(dotted: str) -> object:
 
 def test_every_kernelsearch_name_in_the_readme_resolves():
     names = set(re.findall(r"\bkernelsearch(?:\.[A-Za-z_]\w*)+", README))
-    assert "kernelsearch.service.client" in names
+    assert "kernelsearch.rest_client" in names
     for name in sorted(names):
         _resolve(name)
-    # A module path without the package prefix (`service.client.Client`) is not importable.
+    # A module path without the package prefix (`service.sources.StoreSource`) is not importable.
     assert not re.findall(r"`(?:service|search_space|kernels|db)\.\w+\.\w+", README)
 
 
@@ -59,8 +59,8 @@ def test_the_readme_kernel_call_runs_as_written(tmp_path):
 
 
 def test_the_readme_client_example_names_real_methods():
-    block = _block("from kernelsearch.service.client import Client")
-    from kernelsearch.service.client import Client
+    block = _block("from kernelsearch.rest_client import Client")
+    from kernelsearch.rest_client import Client
 
     for method in re.findall(r"client\.(\w+)\(", block):
         assert callable(getattr(Client, method)), method

@@ -3,6 +3,8 @@ hanging mid-stream), marked stale; a miss is a 503 with Retry-After. The databas
 a TCP proxy this test cuts and pauses (the shared server itself is never touched)."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import asyncio
 import threading
 
@@ -49,7 +51,7 @@ def test_cache_hits_outlive_a_refusing_and_a_hung_database(pg_url, monkeypatch):
 
     upgrade(pg_url)
     with Store(pg_url) as st:
-        st.upsert_best(a_record(KERNEL, {"seq_len": 128}, DEVICE))
+        st.upsert_best(trusted(a_record(KERNEL, {"seq_len": 128}, DEVICE)))
     url = make_url(pg_url)
     proxy = PausingProxy(url.host or "127.0.0.1", url.port or 5432).start()
     via = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)

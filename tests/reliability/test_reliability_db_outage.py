@@ -6,6 +6,8 @@ The outage is a TCP proxy this test controls in front of the shared PostgreSQL s
 the server itself would break every other test using it)."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import secrets
 import time
 
@@ -39,7 +41,7 @@ def test_api_and_worker_survive_a_database_outage(pg_url, tmp_path):
 
     upgrade(pg_url)
     with Store(pg_url) as store:
-        store.upsert_best(a_record(KERNEL, {"seq_len": 128}, "NVIDIA H200"))
+        store.upsert_best(trusted(a_record(KERNEL, {"seq_len": 128}, "NVIDIA H200")))
 
     real = make_url(pg_url)
     proxy = TcpProxy(real.host or "127.0.0.1", real.port or 5432).start()

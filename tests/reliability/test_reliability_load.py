@@ -3,6 +3,8 @@ during (no error, no non-2xx) and after a short bounded run, and the lookup cach
 record that another process improves. No timing is asserted: docs/load.md has the numbers."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import shutil
 import subprocess
 import sys
@@ -71,14 +73,14 @@ def test_lookup_cache_follows_a_better_record_from_another_process(sqlite_url, t
     assert configs[0] != configs[1]
     upgrade(sqlite_url)
     store = Store(sqlite_url)
-    store.upsert_best(a_record(kernel, axes, device, 20.0, configs[0]))
+    store.upsert_best(trusted(a_record(kernel, axes, device, 20.0, configs[0])))
     server = lt.start_server(sqlite_url, tmp_path, extra_env={"KS_RECORDS_CHECK_SECONDS": "0.2"})
     try:
         q = {"kernel": kernel, "device": device, **axes}
         with httpx.Client(base_url=server.base, timeout=10) as c:
             for _ in range(20):  # warm the cache
                 assert c.get("/v1/best", params=q).json()["config"] == configs[0]
-            _, improved = store.upsert_best(a_record(kernel, axes, device, 10.0, configs[1]))
+            _, improved = store.upsert_best(trusted(a_record(kernel, axes, device, 10.0, configs[1])))
             assert improved
             deadline = time.monotonic() + 20
             while c.get("/v1/best", params=q).json()["config"] != configs[1]:

@@ -6,6 +6,8 @@ The only timing asserted is the contract's generous bound: every lookup answers 
 or 503) within a few seconds while the database blocks it for longer."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import threading
 import time
 
@@ -54,7 +56,7 @@ def test_lookups_answer_within_the_bound_while_a_lock_blocks_the_database(pg_url
 
     upgrade(pg_url)
     with Store(pg_url) as store:
-        store.upsert_best(a_record(KERNEL, case(8), DEVICE))
+        store.upsert_best(trusted(a_record(KERNEL, case(8), DEVICE)))
     procs = Procs(tmp_path, {"KS_DATABASE_URL": pg_url})
     locker = create_engine(pg_url, poolclass=NullPool)
     try:
@@ -139,7 +141,7 @@ def test_lookup_latency_under_a_tuning_job(pg_url, tmp_path):
     upgrade(pg_url)
     store = Store(pg_url)
     for n in range(1, 33):
-        store.upsert_best(a_record(KERNEL, case(100 + n), DEVICE))
+        store.upsert_best(trusted(a_record(KERNEL, case(100 + n), DEVICE)))
     procs = Procs(tmp_path, {"KS_DATABASE_URL": pg_url})
     try:
         base, serve = _serve(procs)

@@ -1,6 +1,8 @@
 """Fixtures of the service tests: an app over a migrated store, and records to look up."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +18,7 @@ from kernelsearch.service.settings import Settings
 @pytest.fixture
 def add_record(store: Store) -> Callable[..., Any]:
     def add(kernel: str, axes: dict[str, int], latency_us: float, device: str = H200, **kw: Any):
-        view, _ = store.upsert_best(record(kernel, axes, latency_us, device, **kw))
+        view, _ = store.upsert_best(trusted(record(kernel, axes, latency_us, device, **kw)))
         return view
 
     return add

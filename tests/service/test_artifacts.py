@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from sqlalchemy import func, select
 from svc_helpers import H200, KA, KB, record, settings_for
+from trusted_records import trusted
 
 from kernelsearch import artifacts
 from kernelsearch.db.models import ArtifactBlob
@@ -66,7 +67,7 @@ def blobs(store: Store) -> int:
 
 
 def test_upload_then_served_by_record_and_fingerprint_only(store: Store, writer: TestClient) -> None:
-    rec, _ = store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     r = writer.post("/v1/artifacts", json=body(rec.id), headers=AUTH)
     assert r.status_code == 201, r.text
     assert r.json()["env_fingerprint"] == FP
@@ -81,7 +82,7 @@ def test_upload_then_served_by_record_and_fingerprint_only(store: Store, writer:
                                                                "env_fingerprint": FP}).json()
     assert [s["record_id"] for s in by_key] == [rec.id]
     # Content-addressed: a second record's identical files add no blob.
-    rec2, _ = store.upsert_best(record(KB, {"seq_len": 16}, 10.0))
+    rec2, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
     assert writer.post("/v1/artifacts", json=body(rec2.id), headers=AUTH).status_code == 201
     assert blobs(store) == len(FILES)
 
@@ -96,14 +97,14 @@ def test_upload_then_served_by_record_and_fingerprint_only(store: Store, writer:
 ])
 def test_refuses_code_and_malformed_sets(store: Store, writer: TestClient,
                                          files: dict[str, bytes], why: str) -> None:
-    rec, _ = store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     r = writer.post("/v1/artifacts", json=body(rec.id, files), headers=AUTH)
     assert r.status_code == 422 and why in r.text, r.text
     assert blobs(store) == 0
 
 
 def test_writes_need_the_token_and_a_record_and_stay_bounded(store: Store, writer: TestClient) -> None:
-    rec, _ = store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     assert writer.post("/v1/artifacts", json=body(rec.id)).status_code == 401
     assert writer.post("/v1/artifacts", json=body(rec.id),
                        headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -122,8 +123,8 @@ def test_writes_need_the_token_and_a_record_and_stay_bounded(store: Store, write
 
 
 def test_withdrawing_a_record_withdraws_its_artifacts(store: Store, writer: TestClient) -> None:
-    rec, _ = store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
-    keep, _ = store.upsert_best(record(KB, {"seq_len": 16}, 10.0))
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    keep, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
     writer.post("/v1/artifacts", json=body(rec.id), headers=AUTH)
     writer.post("/v1/artifacts", json=body(keep.id, {**FILES, "k.ptx": b"// other"}), headers=AUTH)
     assert writer.delete(f"/v1/records/{rec.id}", headers=AUTH).status_code == 200
@@ -133,12 +134,12 @@ def test_withdrawing_a_record_withdraws_its_artifacts(store: Store, writer: Test
 
 
 def test_bulk_route_answers_the_devices_current_records(store: Store, writer: TestClient) -> None:
-    a, _ = store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
-    b, _ = store.upsert_best(record(KB, {"seq_len": 16}, 10.0))
-    other, _ = store.upsert_best(record(KA, {"total_patches": 64}, 10.0, device="NVIDIA A100"))
+    a, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    b, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
+    other, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0, device="NVIDIA A100")))
     for rid in (a.id, b.id, other.id):
         writer.post("/v1/artifacts", json=body(rid), headers=AUTH)
-    newer, _ = store.upsert_best(record(KB, {"seq_len": 16}, 5.0))  # supersedes b
+    newer, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 5.0)))  # supersedes b
     got = writer.get("/v1/artifacts/device", params={"device": H200, "env_fingerprint": FP}).json()
     assert sorted(s["record_id"] for s in got) == [a.id]
     assert newer.id != b.id
@@ -193,7 +194,7 @@ def handle_of(tmp_path: Path, files: dict[str, bytes]) -> Any:
 @pytest.fixture
 def local_store(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
     """The user's process on the local store (no service)."""
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
 
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
     monkeypatch.delenv("KS_SERVICE_URL", raising=False)
@@ -206,11 +207,11 @@ def local_store(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterato
 def test_a_host_that_shared_a_key_uploads_its_group_and_the_next_host_installs_it(
         local_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernelsearch.kernels.resolve import Found, Match
-    from kernelsearch.service.autotune import BACKENDS
+    from kernelsearch.backends import BACKENDS
 
     rec_in = record(KA, {"total_patches": 64}, 10.0)
     artifacts.note_compiled(KA, rec_in.axes, rec_in.config, handle_of(tmp_path, FILES))
-    view, _ = local_store.upsert_best(rec_in)
+    view, _ = local_store.upsert_best(trusted(rec_in))
     artifacts.note_record(rec_in, view.id)  # the store's answer comes second: it uploads
     BACKENDS.drain(10.0)
     assert artifacts.STATS.uploaded == 1
@@ -228,7 +229,7 @@ def test_the_cache_manager_serves_a_missed_compile_group(local_store: Store) -> 
     from kernelsearch.triton_cache import AutotuneCacheManager
     from triton.runtime.cache import _base32
 
-    view, _ = local_store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
                               files=FILES, origin="worker")
     manager = AutotuneCacheManager(_base32(KEY))
@@ -239,7 +240,7 @@ def test_the_cache_manager_serves_a_missed_compile_group(local_store: Store) -> 
 
 
 def test_prefetch_installs_the_devices_groups_in_one_go(local_store: Store) -> None:
-    view, _ = local_store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
                               files=FILES, origin="worker")
     assert artifacts.prefetch(device=H200) == 1 and local_group() == FILES
@@ -248,7 +249,7 @@ def test_prefetch_installs_the_devices_groups_in_one_go(local_store: Store) -> N
 def test_a_worker_stores_the_group_its_trial_compiled(sqlite_store: Store, tmp_path: Path) -> None:
     from kernelsearch.search_space.compiled import store_compiled
 
-    view, _ = sqlite_store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    view, _ = sqlite_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     assert artifacts.install([wire()]) == 1  # the trial child's compile, in this host's cache
     ref = compiled.compiled_ref(handle_of(tmp_path, FILES))
     assert ref == {"cache_key": KEY, "group": "k.json", "env": ENV}
@@ -261,11 +262,11 @@ def test_a_worker_stores_the_group_its_trial_compiled(sqlite_store: Store, tmp_p
 
 def test_get_kernels_provider_installs_an_exact_records_group(local_store: Store) -> None:
     from kernelsearch.kernels.provider import lookup, set_resolver
-    from kernelsearch.service.provider import install_default_provider
+    from kernelsearch.provider import install_default_provider
 
     from kernelsearch import kernels
 
-    view, _ = local_store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
                               files=FILES, origin="worker")
     install_default_provider()
@@ -280,8 +281,8 @@ def test_a_service_that_fails_is_left_alone_and_nothing_fails(monkeypatch: pytes
                                                               tmp_path: Path) -> None:
     """An unreachable service: the compile group is a miss (Triton compiles), no error, and the
     next miss does not ask again within KS_AUTOTUNE_RETRY_S."""
-    from kernelsearch.service.autotune import BACKENDS
-    from kernelsearch.service.client import Client
+    from kernelsearch.backends import BACKENDS
+    from kernelsearch.rest_client import Client
 
     asked: list[str] = []
 
@@ -338,13 +339,13 @@ def test_ks_prefetch_runs_in_the_background_and_a_first_launch_waits_for_it(
         local_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    view, _ = local_store.upsert_best(record(KA, {"total_patches": 64}, 10.0))
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
                               files=FILES, origin="worker")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: H200)
     artifacts.prefetch_soon()
-    assert artifacts._prefetch_thread is None  # not asked for: nothing in the background
+    assert artifacts._prefetch_future is None  # not asked for: nothing in the background
     monkeypatch.setenv(artifacts.PREFETCH_ENV, "1")
     artifacts.prefetch_soon()
     artifacts.before_first_launch(KA, view)

@@ -3,6 +3,8 @@ local store, a service that is down or never answers, the acceptance gate, the d
 Helion's own RemoteAutotuneCache tuning a real Helion kernel on the CPU through it."""
 from __future__ import annotations
 
+from trusted_records import trusted_entry
+
 import hashlib
 import json
 import socket
@@ -24,10 +26,11 @@ from helion.autotuner.base_cache import LooseAutotuneCacheKey, StrictAutotuneCac
 from helion.autotuner.remote_cache import RemoteAutotuneCache  # noqa: E402
 
 from kernelsearch.db.store import Store  # noqa: E402
-from kernelsearch.helion import CONNECTION, KernelsearchBackend  # noqa: E402
+from kernelsearch.backends import BACKENDS  # noqa: E402
+from kernelsearch.helion import KernelsearchBackend  # noqa: E402
 from kernelsearch.search_space.acceptance import HELION_CHECK_UNREPORTED, HELION_CHECKED  # noqa: E402
 from kernelsearch.service.api import create_app  # noqa: E402
-from kernelsearch.service.client import Client, InvalidRequest, Unauthorized  # noqa: E402
+from kernelsearch.rest_client import Client, InvalidRequest, Unauthorized  # noqa: E402
 
 TOKEN = "tok"
 
@@ -76,9 +79,9 @@ def entry(rows: int, hardware: str = "NVIDIA H200", block: int | None = None,
 
 @pytest.fixture(autouse=True)
 def _fresh_connection() -> Iterator[None]:
-    CONNECTION.reset()
+    BACKENDS.reset()
     yield
-    CONNECTION.reset()
+    BACKENDS.reset()
 
 
 @pytest.fixture
@@ -157,7 +160,7 @@ def test_the_key_is_the_hash_of_the_entrys_own_key_fields_as_helion_computes_it(
         key, fields = helion_key(key_type, **kw)
         data = _entry_text(fields, config, key_type.__name__)
         assert helion_entry_key(data) == key, (key_type, kw)
-        assert accepted_helion(key, data).cache_key == key
+        assert accepted_helion(key, data).value.cache_key == key
     other, _ = entry(128)
     key, fields = helion_key()
     for bad_key, bad_fields, field in (
@@ -252,7 +255,8 @@ def test_the_backend_loads_only_an_entry_of_the_key_it_asked_for(sqlite_store: S
 
     (k1, d1), (k2, d2) = entry(64), entry(128)
     sqlite_store.put_helion_entry(accepted_helion(k1, d1))
-    sqlite_store.put_helion_entry(dataclasses.replace(accepted_helion(k2, d2), cache_key=entry(32)[0]))
+    sqlite_store.put_helion_entry(trusted_entry(dataclasses.replace(accepted_helion(k2, d2).value,
+                                                                   cache_key=entry(32)[0])))
     monkeypatch.delenv("KS_SERVICE_URL", raising=False)
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
     monkeypatch.setenv("KS_HELION_TIMEOUT_S", "30")
@@ -262,14 +266,14 @@ def test_the_backend_loads_only_an_entry_of_the_key_it_asked_for(sqlite_store: S
     k3, d3 = entry(256)
     sqlite_store.put_helion_entry(accepted_helion(k3, d3, origin=RecordOrigin.WORKER))
     KernelsearchBackend().put(k3, entry(256, block=1)[1])
-    assert CONNECTION.down_until == 0.0 and KernelsearchBackend().get(k3) == d3
-    CONNECTION.reset()
+    assert not BACKENDS.resolver.down("store") and KernelsearchBackend().get(k3) == d3
+    BACKENDS.reset()
     app = create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)
     with LiveServer(app) as s:
         monkeypatch.setenv("KS_SERVICE_URL", s.url)
         assert KernelsearchBackend().get(k1) == d1
         assert KernelsearchBackend().get(entry(32)[0]) is None
-        assert CONNECTION.down_until == 0.0  # a wrong entry is no fault of the service
+        assert not BACKENDS.resolver.down("service")  # a wrong entry is no fault of the service
 
 
 def test_the_store_keeps_entries_newest_first_one_per_key(store: Store) -> None:
@@ -306,7 +310,7 @@ def test_a_dead_service_is_a_miss_and_is_left_alone(monkeypatch: pytest.MonkeyPa
     backend = KernelsearchBackend()
     key, data = entry(64)
     assert backend.get(key) is None
-    assert CONNECTION.down_until > 0  # the refused connection marked it down
+    assert BACKENDS.resolver.down("service")  # the refused connection marked it down
     backend.put(key, data)  # dropped, not raised
     assert list(backend.list(5)) == []
 
@@ -334,18 +338,17 @@ def test_a_service_that_never_answers_is_a_miss_within_the_bound(monkeypatch: py
     try:
         assert KernelsearchBackend().get(entry(64)[0]) is None
         assert held and not release.is_set()
-        assert CONNECTION.down_until > 0
-        CONNECTION.down_until = 0.0
+        assert BACKENDS.resolver.down("service")
+        BACKENDS.resolver.reset()
         KernelsearchBackend().put(*entry(64))  # returns at the bound; the put goes on
-        pending = list(CONNECTION._pending)
-        assert len(pending) == 1 and pending[0].is_alive()
+        assert not BACKENDS.idle()
     finally:
         release.set()
         lsock.close()
         for conn in held:
             conn.close()
-    CONNECTION.drain(10.0)  # what the process does at exit: the put ends (here: refused)
-    assert not pending[0].is_alive() and not CONNECTION._pending
+    BACKENDS.drain(10.0)  # what the process does at exit: the put ends (here: refused)
+    assert BACKENDS.idle()
 
 
 def test_without_a_service_the_local_store_keeps_the_entries(sqlite_store: Store,

@@ -23,10 +23,10 @@ import helion_job_kernel as hk  # noqa: E402
 
 from kernelsearch.db.statuses import JobStatus  # noqa: E402
 from kernelsearch.db.store import Store  # noqa: E402
-from kernelsearch.helion import CONNECTION  # noqa: E402
+from kernelsearch.backends import BACKENDS  # noqa: E402
 from kernelsearch.search_space.acceptance import HELION_CHECKED  # noqa: E402
 from kernelsearch.service.api import create_app  # noqa: E402
-from kernelsearch.service.client import Client, InvalidRequest  # noqa: E402
+from kernelsearch.rest_client import Client, InvalidRequest  # noqa: E402
 from kernelsearch.service.helion_jobs import parse_job  # noqa: E402
 from kernelsearch.service.worker import Worker  # noqa: E402
 
@@ -51,9 +51,9 @@ print(json.dumps({"correct": bool(torch.equal(out, x + y)), "searches": len(hk.S
 
 @pytest.fixture(autouse=True)
 def _fresh_connection() -> Iterator[None]:
-    CONNECTION.reset()
+    BACKENDS.reset()
     yield
-    CONNECTION.reset()
+    BACKENDS.reset()
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def _submit_good(c: TestClient, kernel: str = "scale_kernel") -> int:
 
     import ks_good_scale
     from kernelsearch.kernels.capture import capture_call
-    from kernelsearch.service.autotune import undeclared_kernel
+    from kernelsearch.identity import undeclared_kernel
 
     named = {"x_ptr": torch.randn(16), "y_ptr": torch.empty(16), "n": 16}
     und = undeclared_kernel(getattr(ks_good_scale, kernel), named)

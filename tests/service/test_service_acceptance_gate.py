@@ -3,6 +3,8 @@
 record; a record can be withdrawn through the API and the CLI. Both backends."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import copy
 import dataclasses
 import json
@@ -75,6 +77,8 @@ BAD = [
     ("speedup-not-the-ratio", lambda d: d.update(eager_latency_us=100.0, speedup_eager=50.0),
      "speedup_eager"),
     ("work-zero", _set("work", 0.0), "work"),
+    # One `work` (KernelDef.work): a record claiming another size would rank cases differently.
+    ("work-not-the-kernels", lambda d: d.update(work=d["work"] * 2), "work"),
     ("tuned-before-era", _set("tuned_at", "1999-01-01T00:00:00+00:00"), "tuned_at"),
     ("tuned-in-future", _set("tuned_at", "2999-01-01T00:00:00+00:00"), "tuned_at"),
     ("tuned-at-overflow-low", _set("tuned_at", "0001-01-01T00:00:00+23:59"), "tuned_at"),
@@ -150,7 +154,7 @@ def test_a_good_record_is_accepted_by_the_route_and_by_import(writer: TestClient
 
 def test_an_upload_is_marked_and_never_outranks_a_worker_record(writer: TestClient,
                                                                 store: Store) -> None:
-    worker, _ = store.upsert_best(record(KA, AXES, 20.0))
+    worker, _ = store.upsert_best(trusted(record(KA, AXES, 20.0)))
     assert worker.origin == "worker"
     body = good_body(5.0)
     body.update(origin="worker", uploaded_by="root", uploaded_from="laptop-7")  # claims ignored
@@ -171,15 +175,15 @@ def test_uploads_compete_among_themselves_and_a_worker_record_replaces_them(clie
     faster = client.post("/v1/records", json=good_body(8.0)).json()
     assert faster["is_current"] is True
     # A worker's measurement, slower than the upload, is served in its place.
-    view, improved = store.upsert_best(record(KA, AXES, 12.0))
+    view, improved = store.upsert_best(trusted(record(KA, AXES, 12.0)))
     assert improved and view.is_current
     assert _best(client).json()["latency_us"] == 12.0
 
 
 def test_withdraw_through_the_route_serves_the_history_then_nothing(writer: TestClient,
                                                                     store: Store) -> None:
-    old, _ = store.upsert_best(record(KA, AXES, 20.0))
-    new, _ = store.upsert_best(record(KA, AXES, 10.0, study_name="second"))
+    old, _ = store.upsert_best(trusted(record(KA, AXES, 20.0)))
+    new, _ = store.upsert_best(trusted(record(KA, AXES, 10.0, study_name="second")))
     assert _best(writer).json()["latency_us"] == 10.0  # cached now
     assert writer.delete(f"/v1/records/{new.id}").status_code == 401
     res = writer.delete(f"/v1/records/{new.id}", headers=AUTH)
@@ -195,8 +199,8 @@ def test_withdraw_through_the_route_serves_the_history_then_nothing(writer: Test
 
 
 def test_records_delete_cli(store: Store) -> None:
-    old, _ = store.upsert_best(record(KA, AXES, 20.0))
-    new, _ = store.upsert_best(record(KA, AXES, 10.0, study_name="second"))
+    old, _ = store.upsert_best(trusted(record(KA, AXES, 20.0)))
+    new, _ = store.upsert_best(trusted(record(KA, AXES, 10.0, study_name="second")))
     res = runner.invoke(cli_app, ["records", "delete", "--url", store.url, str(new.id)])
     assert res.exit_code == 0, res.output
     assert f"withdrawn: {new.id}" in res.stdout and f"now current: {old.id}" in res.stdout
@@ -230,7 +234,7 @@ def test_the_gate_skips_what_the_declaration_cannot_answer() -> None:
     nobytes = dataclasses.replace(k, name="ks_test_no_bytes", bytes_moved=None)  # type: ignore[arg-type]
     kernels.register(nobytes)
     try:
-        assert accepted(dataclasses.replace(rec, kernel=nobytes.name)).latency_min_us == rec.latency_min_us
+        assert accepted(dataclasses.replace(rec, kernel=nobytes.name)).value.latency_min_us == rec.latency_min_us
         with pytest.raises(RecordRejected) as e:
             accepted(dataclasses.replace(rec, kernel=nobytes.name, device=H200))
         assert e.value.field == "latency_min_us" and "launch" in e.value.reason
@@ -243,17 +247,17 @@ def test_the_gate_skips_what_the_declaration_cannot_answer() -> None:
     fast = record(KB, {"seq_len": 2851}, 0.5)
     with pytest.raises(RecordRejected):
         accepted(fast)
-    assert accepted(dataclasses.replace(fast, device="Some Future GPU")).device == "Some Future GPU"
+    assert accepted(dataclasses.replace(fast, device="Some Future GPU")).value.device == "Some Future GPU"
 
 
 def test_upload_of_the_shared_record_goes_through_the_gate(monkeypatch) -> None:
     """The decorator's sharing (BACKENDS.upload) refuses what the gate refuses, before any
     backend sees it."""
-    from kernelsearch.service import autotune as at
+    from kernelsearch import backends
 
-    monkeypatch.setattr(at.BACKENDS, "_ensure", lambda: pytest.fail("a refused record reached a backend"))
+    monkeypatch.setattr(backends.BACKENDS, "ensure", lambda: pytest.fail("a refused record reached a backend"))
     bad = copy.deepcopy(record(KA, AXES, 20.0, rel_error=1.0))
-    assert at.BACKENDS.upload(bad) is False
+    assert backends.BACKENDS.upload(bad) is False
 
 
 def test_the_tuner_record_goes_through_the_gate() -> None:
@@ -274,7 +278,7 @@ def test_the_tuner_record_goes_through_the_gate() -> None:
 
     ok = best_record(best(1e-7), runner_, job_id=None, reference="none",  # type: ignore[arg-type]
                      copy_bandwidth=None, measure_n=1)
-    assert ok.config == cfg and ok.origin == "worker"
+    assert ok.value.config == cfg and ok.value.origin == "worker"
     with pytest.raises(RecordRejected) as e:
         best_record(best(0.5), runner_, job_id=None, reference="none",  # type: ignore[arg-type]
                     copy_bandwidth=None, measure_n=1)

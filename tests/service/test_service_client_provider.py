@@ -2,6 +2,8 @@
 with it gone."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import time
 from collections.abc import Iterator
 
@@ -14,11 +16,12 @@ from kernelsearch.db.store import Store
 from kernelsearch.kernels import provider as kprovider
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.service.api import create_app
-from kernelsearch.service.client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
+from kernelsearch.rest_client import (Client, InvalidRequest, JobTimeout, NotFound, ServiceUnreachable,
                             TooManyRequests, Unauthorized)
 from kernelsearch.kernels.resolve import Key, Match, Resolver, SourceUnavailable
-from kernelsearch.service.provider import install_default_provider
-from kernelsearch.service.sources import ServiceSource, StoreSource
+from kernelsearch.provider import install_default_provider
+from kernelsearch.service.sources import StoreSource
+from kernelsearch.sources import ServiceSource
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +43,8 @@ def _config(resolver: Resolver, axes, device=H200):
 
 @pytest.fixture
 def server(sqlite_store: Store) -> Iterator[LiveServer]:
-    sqlite_store.upsert_best(record(KB, {"seq_len": 128}, 20.0, config={"ROWS": 2}))
-    sqlite_store.upsert_best(record(KB, {"seq_len": 4096}, 300.0, config={"ROWS": 8}))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 128}, 20.0, config={"ROWS": 2})))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 4096}, 300.0, config={"ROWS": 8})))
     app = create_app(settings_for(sqlite_store.url, api_token="tok", max_queued_jobs=2),
                      store=sqlite_store)
     with LiveServer(app) as s:
@@ -109,7 +112,7 @@ def test_service_source_answers_and_survives_an_outage(server: LiveServer) -> No
 
 
 def test_store_source(sqlite_store: Store) -> None:
-    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4}))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4})))
     p = Resolver([StoreSource(sqlite_store)])
     assert _config(p, {"seq_len": 64}) == {"ROWS": 4}
     got = p.resolve(Key.of(KB, {"seq_len": 70}, H200), near=_near({"seq_len": 70}))
@@ -131,7 +134,7 @@ def test_the_store_answers_before_the_service(tmp_path, server: LiveServer) -> N
     url = f"sqlite:///{tmp_path / 'local.db'}"
     upgrade(url)
     local = Store(url)
-    local.upsert_best(record(KB, {"seq_len": 128}, 9.0, config={"ROWS": 16}))
+    local.upsert_best(trusted(record(KB, {"seq_len": 128}, 9.0, config={"ROWS": 16})))
     p = Resolver([StoreSource(local), ServiceSource(Client(server.url, timeout=10))])
     try:
         got = p.resolve(Key.of(KB, {"seq_len": 128}, H200), near=_near({"seq_len": 128}))
@@ -147,7 +150,7 @@ def test_the_store_answers_before_the_service(tmp_path, server: LiveServer) -> N
 def test_a_store_blip_on_the_get_kernel_path_is_not_cached_as_a_miss(sqlite_store: Store) -> None:
     """kernelsearch.get_kernel(...)(...) asks kernels.provider.lookup: a transient store error
     answers the default once, and the next call finds the record."""
-    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4}))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 9.0, config={"ROWS": 4})))
 
     class Blip:
         def __init__(self, store: Store) -> None:
@@ -172,7 +175,7 @@ def test_a_nearest_record_is_served_as_it_is_stored(sqlite_store: Store) -> None
     """Another shape gets the nearest record's config unchanged: from the store, from the service
     and from what the service taught while it is down."""
     cfg = {"ROWS": 1, "TRIG": "precise"}
-    sqlite_store.upsert_best(record(KB, {"seq_len": 256}, 5.0, config=cfg))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 256}, 5.0, config=cfg)))
     local = Resolver([StoreSource(sqlite_store)])
     assert _config(local, {"seq_len": 256}) == cfg
     assert _config(local, {"seq_len": 3000}) == cfg
@@ -197,8 +200,8 @@ def test_kernel_call_never_fails_with_the_service_down(sqlite_url: str) -> None:
 
     upgrade(sqlite_url)
     local = Store(sqlite_url)
-    local.upsert_best(record(KB, {"seq_len": 2}, 9.0, device=INTERPRETER_DEVICE,
-                             config={"ROWS": 2, "HEADS": 8}))
+    local.upsert_best(trusted(record(KB, {"seq_len": 2}, 9.0, device=INTERPRETER_DEVICE,
+                             config={"ROWS": 2, "HEADS": 8})))
     settings = settings_for(sqlite_url, service_url=f"http://127.0.0.1:{free_port()}",
                             provider_timeout_s=0.3)
     p = install_default_provider(settings)
@@ -229,10 +232,31 @@ def test_which_config_says_what_a_get_kernel_call_runs(sqlite_store: Store) -> N
     kprovider.set_resolver(Resolver([StoreSource(sqlite_store)]))
     try:
         assert kdef.which_config({"seq_len": 64}, "cpu") == (kdef.default_config, "default")
-        sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, device=INTERPRETER_DEVICE,
-                                        config={**kdef.default_config, "ROWS": 2, "HEADS": 8}))
+        sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 9.0, device=INTERPRETER_DEVICE,
+                                        config={**kdef.default_config, "ROWS": 2, "HEADS": 8})))
         kprovider.clear_cache()
         config, source = kdef.which_config({"seq_len": 64}, "cpu")
         assert source == "record" and (config["ROWS"], config["HEADS"]) == (2, 8)
     finally:
         kprovider.set_resolver(None)
+
+
+def test_get_kernel_and_the_decorator_share_one_resolver_and_its_back_off(tmp_path,
+                                                                          monkeypatch) -> None:
+    """`get_kernel`'s provider plugs in the backends' own resolver, with KS_AUTOTUNE_RETRY_S: a
+    service the decorator (or a hook) saw fail is left alone by `get_kernel` too, and back."""
+    from kernelsearch.backends import BACKENDS
+
+    monkeypatch.setenv("KS_AUTOTUNE_RETRY_S", "123")
+    settings = settings_for(f"sqlite:///{tmp_path / 'absent.db'}",
+                            service_url=f"http://127.0.0.1:{free_port()}")
+    try:
+        p = install_default_provider(settings)
+        assert p is BACKENDS.resolver is kprovider.current_resolver()
+        assert p.retry_s == 123
+        BACKENDS.failed("service", "no answer within 0.25 s")  # what the decorator's bound does
+        assert kprovider.current_resolver().down("service")
+        p.reset()
+        assert not BACKENDS.resolver.down("service")
+    finally:
+        BACKENDS.reset()

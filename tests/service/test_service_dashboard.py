@@ -2,6 +2,8 @@
 text; a real browser, with screenshots under test-artifacts/."""
 from __future__ import annotations
 
+from trusted_records import trust_check, trusted
+
 import json
 import os
 import re
@@ -33,12 +35,12 @@ def _fill(store: Store) -> dict[str, int]:
     # The H200's workers report this code's versions (as a worker registers its device).
     store.ensure_device({"name": H200, WORKER_VERSIONS: versions()})
     for n, lat in ((64, 9.0), (128, 20.0), (1024, 80.0), (4096, 300.0)):
-        store.upsert_best(record(KB, {"seq_len": n}, lat, study_name=f"study-b-{n}"))
+        store.upsert_best(trusted(record(KB, {"seq_len": n}, lat, study_name=f"study-b-{n}")))
     # Tuned under other versions than this server's.
-    store.upsert_best(record(KA, {"total_patches": 256}, 4.0, torch_version="2.9.0+old",
-                             source_hash="0ldhash"))
+    store.upsert_best(trusted(record(KA, {"total_patches": 256}, 4.0, torch_version="2.9.0+old",
+                             source_hash="0ldhash")))
     # Markup in every free-text field a record or a job can carry.
-    store.upsert_best(record(KB, {"seq_len": 8}, 3.0, device=XSS, config={"ROWS": XSS}))
+    store.upsert_best(trusted(record(KB, {"seq_len": 8}, 3.0, device=XSS, config={"ROWS": XSS})))
     failed = store.create_job(KB, [{"seq_len": 128}], 5, "tpe")
     claimed = store.claim_job("test-owner", 60)
     assert claimed.id == failed.id
@@ -314,14 +316,14 @@ def test_best_so_far_is_drawn_as_steps() -> None:
 def test_records_chart_legend_skips_missing_references(sqlite_store: Store) -> None:
     """Records shipped without speedups draw no reference lines, so the legend names none."""
     for n, lat in ((64, 9.0), (128, 20.0)):
-        sqlite_store.upsert_best(record(KB, {"seq_len": n}, lat, speedup_eager=None,
-                                        speedup_compile=None, roofline_pct=None))
+        sqlite_store.upsert_best(trusted(record(KB, {"seq_len": n}, lat, speedup_eager=None,
+                                        speedup_compile=None, roofline_pct=None)))
     with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
         html = c.get("/").text
     legend = re.findall(r'class="legend" data-series="([^"]+)"', html)
     assert legend == ["tuned"]
-    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 8.0, speedup_eager=None, speedup_compile=None,
-                                    eager_latency_us=80.0, roofline_pct=None))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 8.0, speedup_eager=None, speedup_compile=None,
+                                    eager_latency_us=80.0, roofline_pct=None)))
     with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
         html = c.get("/").text
     assert re.findall(r'class="legend" data-series="([^"]+)"', html) == ["tuned", "eager reference"]
@@ -338,7 +340,7 @@ def test_shipped_records_in_headless_chromium(sqlite_store: Store) -> None:
     import json
 
     shipped = Path(__file__).resolve().parents[2] / "service" / "data" / "h200_records.json"
-    sqlite_store.import_records(json.loads(shipped.read_text()))
+    sqlite_store.import_records(json.loads(shipped.read_text()), check=trust_check)
     app = create_app(settings_for(sqlite_store.url), store=sqlite_store)
     ARTIFACTS.mkdir(exist_ok=True)
     with LiveServer(app) as server, sync_api.sync_playwright() as pw:
@@ -373,7 +375,7 @@ def test_kernel_page(sqlite_store: Store) -> None:
     """A kernel's axes, parameters, devices, cases with their best record per device (or none),
     a chart per device and the tune action: a form with the token, and the shell commands."""
     _fill(sqlite_store)
-    sqlite_store.upsert_best(record(KB, {"seq_len": 128}, 25.0, device="NVIDIA A100"))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 128}, 25.0, device="NVIDIA A100")))
     with TestClient(create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)) as c:
         r = c.get(f"/kernels/{KB}")
         assert r.status_code == 200 and "script-src 'self'" in r.headers["content-security-policy"]
@@ -464,7 +466,7 @@ def test_shipped_records_have_meaningful_study_names_and_no_dead_links(store: St
     for r in doc["records"]:
         number = kernels.get_kernel(r["kernel"]).suite_case_of(r["axes"]).number
         assert r["study_name"] == f"h200/{r['kernel']}/case{number}"
-    store.import_records(doc)
+    store.import_records(doc, check=trust_check)
     first = doc["records"][0]
     url = "/case?" + urlencode({"kernel": first["kernel"], "device": first["device"], **first["axes"]})
     with TestClient(create_app(settings_for(store.url), store=store)) as c:
@@ -479,15 +481,15 @@ def test_shipped_records_have_meaningful_study_names_and_no_dead_links(store: St
 def test_drift_is_against_the_devices_workers(store: Store) -> None:
     """Shipped H200 records are not marked while no H200 worker has reported; once one has,
     records tuned under other versions are."""
-    store.import_records(_shipped())
+    store.import_records(_shipped(), check=trust_check)
     with TestClient(create_app(settings_for(store.url), store=store)) as c:
         assert 'class="drift"' not in c.get("/").text
         store.ensure_device({"name": H200, WORKER_VERSIONS: {"torch": "2.11.0+cu130", "triton": "3.6.0"}})
         assert 'class="drift"' not in c.get("/").text  # the same versions as the records'
         store.ensure_device({"name": H200, WORKER_VERSIONS: {"torch": "2.12.0+cu130", "triton": "3.6.0"}})
         # A record written afterwards (its device_info says nothing of versions) keeps the report.
-        store.upsert_best(record(KB, {"seq_len": 5}, 3.0, torch_version="2.12.0+cu130",
-                                        device_info={"name": H200, "compute_capability": "9.0"}))
+        store.upsert_best(trusted(record(KB, {"seq_len": 5}, 3.0, torch_version="2.12.0+cu130",
+                                        device_info={"name": H200, "compute_capability": "9.0"})))
         html = c.get("/").text
         assert html.count('class="drift"') == 32 and "⚠ torch 2.11.0+cu130" in html
         assert "tuned 2.11.0+cu130, the device&#39;s workers 2.12.0+cu130" in html
@@ -530,7 +532,7 @@ def test_case_page_numbers_trials_once_marks_the_best_and_sorts(sqlite_store: St
 def test_chart_of_a_kernel_with_several_axes_labels_all_of_them(sqlite_store: Store) -> None:
     axpy = _axpy()
     for n, dtype, lat in ((4096, "float16", 5.0), (4096, "float32", 6.0), (65536, "float32", 9.0)):
-        sqlite_store.upsert_best(record(axpy.name, {"n": n, "dtype": dtype}, lat))
+        sqlite_store.upsert_best(trusted(record(axpy.name, {"n": n, "dtype": dtype}, lat)))
     with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
         html = c.get("/", params={"kernel": axpy.name}).text
     chart = html[html.index('id="latency-1"'):]
@@ -556,9 +558,9 @@ def test_no_speedups_without_a_torch_reference(sqlite_store: Store) -> None:
     speedups (timed on the float64 reference) are not shown."""
     axpy = _axpy()
     assert axpy.torch_reference is None
-    sqlite_store.upsert_best(record(axpy.name, {"n": 4096, "dtype": "float32"}, 500.0,
-                                    speedup_eager=0.001, speedup_compile=0.002, eager_latency_us=0.5))
-    sqlite_store.upsert_best(record(KB, {"seq_len": 64}, 9.0, speedup_eager=3.0))
+    sqlite_store.upsert_best(trusted(record(axpy.name, {"n": 4096, "dtype": "float32"}, 500.0,
+                                    speedup_eager=0.001, speedup_compile=0.002, eager_latency_us=0.5)))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 64}, 9.0, speedup_eager=3.0)))
     with TestClient(create_app(settings_for(sqlite_store.url), store=sqlite_store)) as c:
         html = c.get("/", params={"kernel": axpy.name}).text
         assert "0.00×" not in html and "no PyTorch reference" in html
@@ -602,7 +604,7 @@ def test_kernel_jobs_and_case_pages_in_headless_chromium(sqlite_store: Store) ->
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     ids = _fill(sqlite_store)
-    sqlite_store.import_records(_shipped())
+    sqlite_store.import_records(_shipped(), check=trust_check)
     app = create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)
     ARTIFACTS.mkdir(exist_ok=True)
     with LiveServer(app) as server, sync_api.sync_playwright() as pw:

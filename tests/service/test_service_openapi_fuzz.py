@@ -11,6 +11,8 @@ metadata file present, kernels.compiled.refusal): OpenAPI cannot say that `seq_l
 another, so a "schema-valid" request may still be a 422 there; every other check runs on them."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import tempfile
 
 import pytest
@@ -39,7 +41,7 @@ KERNEL_DEPENDENT = {("GET", "/v1/best"), ("GET", "/case"), ("POST", "/v1/jobs"),
 def _app():
     upgrade(_URL)
     store = Store(_URL)
-    store.upsert_best(record(KB, {"seq_len": 128}, 20.0))
+    store.upsert_best(trusted(record(KB, {"seq_len": 128}, 20.0)))
     store.create_job(KB, [{"seq_len": 2}], 2, "tpe")
     return create_app(settings_for(_URL, api_token="fuzz-token", max_queued_jobs=10_000),
                       store=store)

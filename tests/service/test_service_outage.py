@@ -2,6 +2,8 @@
 answers, marked stale), then recovery."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ DB_ROUTES = ("/healthz", "/v1/records", "/v1/jobs", "/v1/jobs/1", "/", "/metrics
 
 
 def test_sqlite_outage_503_then_recovers(sqlite_store: Store) -> None:
-    sqlite_store.upsert_best(record(KB, {"seq_len": 4}, 5.0, device="x"))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 4}, 5.0, device="x")))
     s = settings_for(sqlite_store.url, records_check_seconds=0.05)
     path = Path(sqlite_store.engine.url.database)
     with TestClient(create_app(s, store=sqlite_store)) as c:

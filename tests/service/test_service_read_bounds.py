@@ -3,6 +3,8 @@ is a 503 with Retry-After, in threads of its own, so /healthz and cached lookups
 slow reads wait; the API's PostgreSQL connections carry a statement timeout."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -49,7 +51,7 @@ class HungReads:
 
 
 def test_slow_reads_answer_503_and_never_block_health_or_cache_hits(sqlite_store: Store) -> None:
-    sqlite_store.upsert_best(record(KB, {"seq_len": 128}, 20.0))
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 128}, 20.0)))
     hung = HungReads(sqlite_store)
     s = settings_for(sqlite_store.url, read_timeout_s=2.0, read_threads=4)
     hit = {"kernel": KB, "device": H200, "seq_len": 128}

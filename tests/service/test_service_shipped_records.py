@@ -1,6 +1,8 @@
 """The shipped H200 records: `records import --if-empty` of an export, then served by the API."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -28,8 +30,8 @@ def test_import_if_empty_then_served(tmp_path, sqlite_url: str) -> None:
     src_url = f"sqlite:///{tmp_path / 'gpu.db'}"
     upgrade(src_url)
     with Store(src_url) as gpu:
-        gpu.upsert_best(record(KB, {"seq_len": 128}, 20.0, config=CONFIG))
-        gpu.upsert_best(record(KA, {"total_patches": 256}, 4.0))
+        gpu.upsert_best(trusted(record(KB, {"seq_len": 128}, 20.0, config=CONFIG)))
+        gpu.upsert_best(trusted(record(KA, {"total_patches": 256}, 4.0)))
         doc = gpu.export_records()
     export = tmp_path / "h200_records.json"
     export.write_text(json.dumps(doc))

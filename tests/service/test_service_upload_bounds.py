@@ -165,7 +165,7 @@ def test_look_alike_names_are_bounded_as_the_device_they_resemble() -> None:
     # A worker's measurement keeps the cache margin; an upload of the same does not.
     worker = record(KB, {"seq_len": 2851}, 15.0, device="nvidia  h200", roofline_pct=None,
                     speedup_eager=None, speedup_compile=None)
-    assert accepted(worker).latency_min_us == worker.latency_min_us
+    assert accepted(worker).value.latency_min_us == worker.latency_min_us
     with pytest.raises(RecordRejected) as e:
         accepted(as_upload(worker, by=None, host=None))
     assert e.value.field == "latency_min_us"

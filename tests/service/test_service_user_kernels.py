@@ -3,6 +3,8 @@ service: one source identity, names of any length and script, every route and pa
 it (a 4xx saying why where it cannot serve), jobs from its stored capture."""
 from __future__ import annotations
 
+from trusted_records import trusted
+
 import copy
 import json
 from dataclasses import asdict
@@ -52,8 +54,8 @@ def test_a_record_of_this_code_is_the_same_version_everywhere(user_client: TestC
     definition's source identity: /v1/best says same_versions and the dashboard shows no drift;
     a record of other code says so in both."""
     store.ensure_device({"name": DEVICE, WORKER_VERSIONS: versions()})
-    store.upsert_best(und_record(name, 1024, 10.0))
-    store.upsert_best(und_record(name, 4096, 30.0, source_hash="0the4c0de0000000"))
+    store.upsert_best(trusted(und_record(name, 1024, 10.0)))
+    store.upsert_best(trusted(und_record(name, 4096, 30.0, source_hash="0the4c0de0000000")))
     same, other = _best(user_client, name, 1024), _best(user_client, name, 4096)
     assert same["match"] == "exact" and same["same_versions"] is True
     assert same["current_versions"]["source_hash"] == SOURCE == same["versions"]["source_hash"]
@@ -84,9 +86,9 @@ def test_export_then_import_is_a_backup_of_undeclared_kernels(user_client: TestC
     from kernelsearch.db.engine import upgrade
 
     for i, name in enumerate((SHORT, LONG)):
-        store.upsert_best(und_record(name, 1024, 10.0 + i))
-        store.upsert_best(und_record(name, 1024, 8.0 + i, minutes=5))  # supersedes: history
-    store.upsert_best(record(KB, {"seq_len": 128}, 20.0))
+        store.upsert_best(trusted(und_record(name, 1024, 10.0 + i)))
+        store.upsert_best(trusted(und_record(name, 1024, 8.0 + i, minutes=5)))  # supersedes: history
+    store.upsert_best(trusted(record(KB, {"seq_len": 128}, 20.0)))
     backup = tmp_path / "backup.json"
     got = _cli("records", "export", "--url", store.url, "--history", str(backup))
     assert got.exit_code == 0, got.output
@@ -130,7 +132,7 @@ def test_export_then_import_is_a_backup_of_undeclared_kernels(user_client: TestC
 def test_every_route_knows_an_undeclared_kernel(user_client: TestClient, store: Store, name: str) -> None:
     """Each route and page that takes a kernel answers an undeclared one by its full name,
     URL-encoded in a path or a query; none answers 5xx."""
-    store.upsert_best(und_record(name, 1024, 10.0))
+    store.upsert_best(trusted(und_record(name, 1024, 10.0)))
     seg = quote(name, safe="")
     assert name in [k["name"] for k in user_client.get("/v1/kernels").json()]
     got = user_client.get(f"/v1/kernels/{seg}")
@@ -156,7 +158,7 @@ def test_every_route_knows_an_undeclared_kernel(user_client: TestClient, store: 
 
 def test_the_kernel_page_of_an_undeclared_kernel(user_client: TestClient, store: Store) -> None:
     """Its keys, configs and every config's time per key; no suite, bytes or float64 reference."""
-    store.upsert_best(und_record(SHORT, 1024, 10.0))
+    store.upsert_best(trusted(und_record(SHORT, 1024, 10.0)))
     html = user_client.get(f"/kernels/{quote(SHORT, safe='')}").text
     assert 'id="undeclared"' in html and "módulo.ядро" in html and SOURCE in html
     assert html.count("<li><code>{&#34;BLOCK&#34;:") == len(CONFIGS)
@@ -198,7 +200,7 @@ def test_the_cli_knows_an_undeclared_kernel(user_client: TestClient, store: Stor
     """`kernels NAME`, `records list --kernel NAME` and `tune NAME` read the definitions the
     database keeps (a fresh process never saw the kernel): tune says why it cannot run rather
     than failing."""
-    store.upsert_best(und_record(LONG, 1024, 10.0))
+    store.upsert_best(trusted(und_record(LONG, 1024, 10.0)))
     forget(SHORT, LONG)  # a fresh process
     url = ("--url", store.url)
     got = _cli("kernels", *url)
@@ -230,7 +232,7 @@ def test_a_kernel_another_process_registered_is_known(client: TestClient, store:
     forget(SHORT)
     try:
         store.save_definition(SHORT, definition(SHORT))
-        store.upsert_best(und_record(SHORT, 1024, 10.0))
+        store.upsert_best(trusted(und_record(SHORT, 1024, 10.0)))
         assert _best(client, SHORT, 1024)["same_versions"] is True
         assert client.get(f"/v1/kernels/{quote(SHORT, safe='')}").status_code == 200
         from kernelsearch.service import definitions

@@ -286,20 +286,22 @@ def table_space(space: SearchSpace, keys: set[str]) -> SearchSpace:
 
 def _table_record(kname: str, axes: Mapping[str, int], row: Mapping[str, Any], *, doc: Mapping[str, Any],
                   kdoc: Mapping[str, Any], n_grid: int, n_failed: int, study: str) -> Any:
-    """The record a tuner would have written for this case: the grid's best row."""
-    from kernelsearch.db.store import RecordIn
+    """The record a tuner would have written for this case: the grid's best row, through the
+    acceptance gate as every stored record."""
+    from kernelsearch.search_space.acceptance import accepted
+    from kernelsearch.search_space.records import measured_record
 
     kdef = get_kernel(kname)
     timing = row["timing"]
     versions = doc.get("versions") or {}
-    work = float(kdef.bytes_moved(dict(axes)))
+    work = float(kdef.work(dict(axes)))
     value = float(timing["median_us"])
     bw = doc.get("copy_bandwidth_Bps")
     method = str(timing.get("method") or "cupti")
     errs = [float(v) for v in (row.get("errors") or {}).values()
             if v is not None and math.isfinite(float(v))]
-    return RecordIn(
-        kernel=kname, axes=dict(axes), work=work, device=str(doc["device"]["name"]),
+    return accepted(measured_record(
+        kdef, axes, str(doc["device"]["name"]),
         device_info=dict(doc["device"]), torch_version=str(versions.get("torch", "")),
         triton_version=str(versions.get("triton", "")),
         source_hash=str(kdoc.get("source_hash") or doc.get("source_hash") or kdef.source_hash),
@@ -309,7 +311,7 @@ def _table_record(kname: str, axes: Mapping[str, int], row: Mapping[str, Any], *
         latency_iqr_us=float(timing.get("iqr_us", 0.0)), timing_method=method,
         rel_error=max(errs) if errs else 0.0, n_trials=n_grid, n_failed=n_failed,
         roofline_pct=(100.0 * (work / bw) / (value * 1e-6)) if bw and method == "cupti" else None,
-        study_name=study)
+        study_name=study))
 
 
 def run_table_search(doc: Mapping[str, Any], kernels: Sequence[str], cases: Sequence[int] | None,

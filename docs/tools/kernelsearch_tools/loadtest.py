@@ -96,7 +96,9 @@ def seed_synthetic(url: str, device: str) -> int:
     from importlib.metadata import entry_points
 
     from kernelsearch import kernels
-    from kernelsearch.db.store import RecordIn, Store
+    from kernelsearch.db.store import Store
+    from kernelsearch.search_space.acceptance import accepted
+    from kernelsearch.search_space.records import measured_record
 
     store = Store(url)
     n = 0
@@ -106,13 +108,12 @@ def seed_synthetic(url: str, device: str) -> int:
             configs = synthetic_configs(kernel, len(kernel.cases))
             for i, case in enumerate(kernel.cases):
                 lat = 5.0 + i
-                store.upsert_best(RecordIn(
-                    kernel=kernel.name, axes=dict(case.axes), work=float(kernel.bytes_moved(case.axes)),
-                    device=device, torch_version="2.11.0", triton_version="3.6.0",
-                    source_hash=kernel.source_hash, config=configs[i], latency_median_us=lat,
+                store.upsert_best(accepted(measured_record(
+                    kernel, case.axes, device, torch_version="2.11.0", triton_version="3.6.0",
+                    config=configs[i], latency_median_us=lat,
                     latency_min_us=lat * 0.95, latency_max_us=lat * 1.1, latency_iqr_us=lat * 0.02,
                     timing_method="cupti", rel_error=1e-7, n_trials=50, n_failed=3,
-                    roofline_pct=50.0, speedup_eager=20.0, speedup_compile=5.0))
+                    roofline_pct=50.0, speedup_eager=20.0, speedup_compile=5.0)))
                 n += 1
     finally:
         store.close()
@@ -122,11 +123,12 @@ def seed_synthetic(url: str, device: str) -> int:
 def seed_file(url: str, path: Path) -> int:
     """Import a `kernelsearch records export` file; returns the records it holds."""
     from kernelsearch.db.store import Store
+    from kernelsearch.search_space.acceptance import import_check
 
     doc = json.loads(path.read_text())
     store = Store(url)
     try:
-        store.import_records(doc)
+        store.import_records(doc, check=import_check)
     finally:
         store.close()
     return len(doc.get("records", []))

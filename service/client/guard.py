@@ -16,7 +16,7 @@ import logging
 import threading
 from typing import Any, Callable, TypeVar
 
-log = logging.getLogger("kernelsearch.service.autotune")
+log = logging.getLogger("kernelsearch")
 T = TypeVar("T")
 _MARK = "_kernelsearch_users"
 _told: set[tuple[str, str, str]] = set()

@@ -1,6 +1,6 @@
 """A small Python client of the REST API: lookups and jobs, with the server's messages as errors.
 
-    from kernelsearch.service.client import Client
+    from kernelsearch.rest_client import Client
     with Client("http://127.0.0.1:8000", token="...") as c:
         best = c.best("vision_rope3d_spatial_merge_bwd", "NVIDIA H200", seq_len=1024)
         job = c.submit_job("vision_rope3d_spatial_merge_bwd", [{"seq_len": 2}], n_trials=20)

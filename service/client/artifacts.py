@@ -21,12 +21,15 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernelsearch.db.statuses import RecordOrigin
 from kernelsearch.kernels import compiled
-from kernelsearch.service import guard
+from . import guard
+from .backends import BACKENDS, in_daemon_thread
+from .options import Options
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ _lock = threading.Lock()
 _asked: set[int] = set()          # records whose sets this process asked for already
 _asked_keys: set[str] = set()     # Triton cache keys asked for already
 _prefetched = False
-_prefetch_thread: threading.Thread | None = None
+_prefetch_future: Future | None = None
 # Rendezvous of a shared key: its record's id (from the store's answer) and its compiled
 # kernel (from the first launch), whichever comes second uploads the group.
 _records: dict[tuple[str, str, str], int] = {}
@@ -67,7 +70,7 @@ _uploaded: set[tuple[str, str, str]] = set()
 
 def reset() -> None:
     """Forget what this process fetched, installed and noted, and its counts (tests)."""
-    global _prefetched, _prefetch_thread
+    global _prefetched, _prefetch_future
     with STATS.lock:
         STATS.installed = STATS.launchers = STATS.uploaded = STATS.rejected = STATS.fetched_sets = 0
         STATS.prefetch_s = 0.0
@@ -78,19 +81,16 @@ def reset() -> None:
         _handles.clear()
         _uploaded.clear()
         _prefetched = False
-        _prefetch_thread = None
+        _prefetch_future = None
 
 
 def _backends(slow: bool = False) -> tuple[Any, Any]:
     """(the service's client, the local store), as the decorator's resolver has them: the
     lookups' client (bounded as a lookup is: a key's first launch waits on it) unless `slow`
     (uploads and an explicit prefetch, off the launch's path or asked for)."""
-    from kernelsearch.service.autotune import BACKENDS
-
-    BACKENDS._ensure()
-    up = BACKENDS._service_up()
-    client = (BACKENDS._writer if slow else BACKENDS._client) if up else None
-    return client, BACKENDS._store
+    BACKENDS.ensure()
+    client = (BACKENDS.writer if slow else BACKENDS.client) if BACKENDS.up("service") else None
+    return client, BACKENDS.store
 
 
 def _wire(view: Any) -> dict[str, Any]:
@@ -137,20 +137,26 @@ def _fetch(record_id: int | None = None, cache_key: str | None = None) -> list[d
         except Exception as exc:  # a store without the table (older schema): the service
             log.debug("local store has no compiled kernels: %s", exc)
     if not sets and client is not None:
-        sets = _asking_service(lambda: client.artifacts(fp, record_id=record_id, cache_key=cache_key))
+        sets = _asking_service(lambda: client.artifacts(fp, record_id=record_id, cache_key=cache_key),
+                               Options.from_env().timeout_s)
     STATS.add("fetched_sets", len(sets))
     return sets
 
 
-def _asking_service(ask: Any) -> Any:
-    """A request to the service; one that fails leaves the service alone for
-    KS_AUTOTUNE_RETRY_S, as the decorator's lookups do (a cold host's compiles ask no more)."""
-    from kernelsearch.service.autotune import BACKENDS, Options
-
+def _asking_service(ask: Any, wait_s: float | None = None) -> Any:
+    """A request to the service, through the backends' one bounded call when it is on a first
+    launch's path (`wait_s`: the lookups' bound, KS_AUTOTUNE_TIMEOUT_S) and their one back-off:
+    a failure, or no answer in time, leaves the service alone for KS_AUTOTUNE_RETRY_S (a cold
+    host's compiles ask no more)."""
+    if wait_s is not None:
+        fut = BACKENDS.bounded(ask, wait_s, source="service")
+        if not fut.done():
+            raise TimeoutError(f"no compiled kernels within {wait_s:g} s")
+        ask = fut.result
     try:
         return ask()
     except Exception as exc:
-        BACKENDS._service_failed(exc, Options.from_env().retry_s)
+        BACKENDS.failed("service", exc)
         raise
 
 
@@ -198,15 +204,13 @@ def prefetch_soon() -> None:
     """Under KS_PREFETCH=1, start this process's prefetch in the background (once), at its first
     decorated kernel: the request, the installs and the launcher builds overlap the program's
     own start-up instead of its first calls."""
-    global _prefetch_thread
+    global _prefetch_future
     if os.environ.get(PREFETCH_ENV) != "1":
         return
     with _lock:
-        if _prefetch_thread is not None or _prefetched:
+        if _prefetch_future is not None or _prefetched:
             return
-        _prefetch_thread = threading.Thread(target=prefetch, name="kernelsearch-prefetch", daemon=True)
-        thread = _prefetch_thread
-    thread.start()
+        _prefetch_future = in_daemon_thread(prefetch)
 
 
 def _await_prefetch() -> None:
@@ -215,11 +219,14 @@ def _await_prefetch() -> None:
     the bound the key's own set is fetched, as without a prefetch."""
     if os.environ.get(PREFETCH_ENV) != "1" or _prefetched:
         return
-    thread = _prefetch_thread
-    if thread is None:
+    fut = _prefetch_future
+    if fut is None:
         prefetch()
-    else:
-        thread.join(PREFETCH_WAIT_S)
+        return
+    try:
+        fut.result(timeout=PREFETCH_WAIT_S)
+    except Exception:  # noqa: BLE001 - past the bound: the key's own set is asked for
+        pass
 
 
 def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) -> int:
@@ -293,6 +300,9 @@ def note_record(record: Any, record_id: int | None) -> None:
         _upload(slot, int(record_id))
 
 
+BACKENDS.stored_listeners.append(note_record)
+
+
 def _upload(slot: tuple[str, str, str], record_id: int) -> None:
     with _lock:
         if slot in _uploaded:
@@ -318,7 +328,5 @@ def _upload(slot: tuple[str, str, str], record_id: int) -> None:
         else:
             return
         STATS.add("uploaded")
-
-    from kernelsearch.service.autotune import BACKENDS
 
     BACKENDS.in_background(lambda: guard.guarded(slot[0], "sharing the compiled kernel", body, None))

@@ -5,144 +5,73 @@
     HELION_REMOTE_CACHE_BACKEND=kernelsearch.helion.KernelsearchBackend
     KS_SERVICE_URL=http://host:8000  KS_API_TOKEN=...   # unset: the local store (KS_DATABASE_URL)
 
-Helion builds the backend with no arguments, for every kernel it tunes; this module therefore
-keeps its connection and the service's down state per process. It runs inside the user's
-program: each call is bounded by KS_HELION_TIMEOUT_S, a failed service is left alone for
-KS_AUTOTUNE_RETRY_S, and any fault is a miss (`get` None, `list` empty, `put` dropped), never an
-error or a wait past the bound. Entries are shown on the dashboard's /helion page.
+Helion builds the backend with no arguments, for every kernel it tunes; it therefore uses the
+process's one backends object (`kernelsearch.backends`: the service's client, else the local
+store, and their back-off). It runs inside the user's program: each call is bounded by
+KS_HELION_TIMEOUT_S, a failed service is left alone for KS_AUTOTUNE_RETRY_S, and any fault is a
+miss (`get` None, `list` empty, `put` dropped), never an error or a wait past the bound. Entries
+are shown on the dashboard's /helion page.
 
 KS_HELION_ON_MISS=default (with a service): a miss queues a worker's tuning of the call
 (service/helion_jobs.py) and answers Helion's default config, so no user process tunes.
 """
 from __future__ import annotations
 
-import atexit
 import inspect
 import json
 import logging
 import os
 import socket
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, TypeVar
 
 from helion.autotuner.remote_cache import RemoteCacheBackend
 
-from kernelsearch.service import guard
+from kernelsearch.db.statuses import JobStatus
+
+from . import guard
+from .backends import BACKENDS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-LEFT_BEHIND_S = 10.0  # how long a request the caller stopped waiting for may still run
 
 __all__ = ["KernelsearchBackend"]
 
 
-class _Connection:
-    """This process's way to the entries (the service's client, else the local store), made
-    again when the settings change, and the time until which it is left alone after a fault."""
+def _call(what: str, fn: Callable[[], T], default: T) -> T:
+    """fn() through the backends' one bounded call, waited on for KS_HELION_TIMEOUT_S at most;
+    `default` on a fault, a time-out or while the way to the entries (the service, else the
+    local store) is being left alone. A put that outlives its bound is drained at exit."""
+    from kernelsearch.service.settings import client_settings
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._made_for: tuple | None = None
-        self.client: Any = None
-        self.store: Any = None
-        self.timeout_s = 2.0
-        self.retry_s = 30.0
-        self.down_until = 0.0
-        self._pending: set[threading.Thread] = set()
-
-    def ensure(self) -> None:
-        from kernelsearch.service.settings import client_settings
-
-        st = client_settings()
-        token = st.api_token.get_secret_value() if st.api_token else None
-        sig = (st.service_url, st.database_url, token, st.helion_timeout_s, st.autotune_retry_s)
-        with self._lock:
-            if sig == self._made_for:
-                return
-            if self.client is not None:
-                self.client.close()
-            if self.store is not None:
-                self.store.close()
-            self.timeout_s, self.retry_s, self.down_until = st.helion_timeout_s, st.autotune_retry_s, 0.0
-            if st.service_url:
-                from kernelsearch.service.client import Client
-
-                # The caller waits helion_timeout_s; a request left behind (a put) may finish later.
-                self.client = Client(st.service_url, token=token, timeout=max(st.helion_timeout_s, LEFT_BEHIND_S))
-                self.store = None
-            else:
-                from kernelsearch.service.sources import local_store
-
-                self.client, self.store = None, local_store(st)
-            self._made_for = sig
-
-    def reset(self) -> None:
-        """Forget the connection and the down state (tests; a changed environment)."""
-        with self._lock:
-            self._made_for, self.client, self.store, self.down_until = None, None, None, 0.0
-
-    def call(self, what: str, fn: Callable[[], T], default: T) -> T:
-        """fn() in a daemon thread, waited on for the bound at most; `default` on a fault, a
-        time-out or while the service is left alone."""
-        try:
-            self.ensure()
-        except Exception as exc:
-            log.warning("kernelsearch.helion: not configured (%s)", exc)
-            return default
-        if time.monotonic() < self.down_until or (self.client is None and self.store is None):
-            return default
-        box: list[Any] = []
-
-        def body() -> None:
-            try:
-                box.append((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-                box.append((False, exc))
-
-        t = threading.Thread(target=body, name=f"ks-helion-{what}", daemon=True)
-        t.start()
-        t.join(self.timeout_s)
-        if not box:
-            if what == "put":  # still under way: the process waits for it at exit (drain)
-                with self._lock:
-                    self._pending.add(t)
-            self._failed(what, f"no answer within {self.timeout_s:g} s")
-            return default
-        ok, value = box[0]
-        if ok:
-            return value
+    try:
+        BACKENDS.ensure()
+        wait_s = client_settings().helion_timeout_s
+    except Exception as exc:
+        log.warning("kernelsearch.helion: not configured (%s)", exc)
+        return default
+    source = "service" if BACKENDS.client is not None else "store"
+    if not BACKENDS.up(source):
+        return default
+    fut = BACKENDS.bounded(fn, wait_s, keep=what == "put", source=source)
+    if not fut.done():
+        return default
+    try:
+        return fut.result()
+    except Exception as exc:
         from kernelsearch.db.errors import Conflict
         from kernelsearch.search_space.acceptance import RecordRejected
-        from kernelsearch.service.client import ClientError
+
+        from .rest_client import ClientError
 
         # The local store's Conflict: a worker's entry under the key, which an upload never replaces.
-        if isinstance(value, (RecordRejected, Conflict)) or (isinstance(value, ClientError) and 0 < value.status < 500):
-            log.warning("kernelsearch.helion: %s refused: %s", what, value)  # this entry, not the service
+        if isinstance(exc, (RecordRejected, Conflict)) or (isinstance(exc, ClientError) and 0 < exc.status < 500):
+            log.warning("kernelsearch.helion: %s refused: %s", what, exc)  # this entry, not the service
         else:
-            self._failed(what, value)
+            BACKENDS.failed(source, exc)
         return default
-
-    def drain(self, timeout_s: float) -> None:
-        """Wait up to `timeout_s` in all for puts that outlived their bound (at exit: a script
-        that tuned a kernel still shares it, as the decorator's uploads do)."""
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            pending, self._pending = list(self._pending), set()
-        for t in pending:
-            t.join(max(0.0, deadline - time.monotonic()))
-
-    def _failed(self, what: str, why: object) -> None:
-        log.warning("kernelsearch.helion: %s failed (%s); not asked again for %g s", what, why, self.retry_s)
-        with self._lock:
-            self.down_until = time.monotonic() + self.retry_s
-
-
-CONNECTION = _Connection()
-atexit.register(CONNECTION.drain, 10.0)
 
 
 def _caller(kind: type) -> Any:
@@ -310,7 +239,7 @@ class KernelsearchBackend(RemoteCacheBackend):
                              [])
 
     def _get(self, key: str) -> str | None:
-        c = CONNECTION
+        c = BACKENDS
         cache = _miss_cache(key)
 
         def fetch() -> str | None:
@@ -326,7 +255,7 @@ class KernelsearchBackend(RemoteCacheBackend):
                     _not_queued(exc)
                     return None
                 job = c.client.helion_queue(key, capture)
-                if job.get("status") == "failed":
+                if job.get("status") == JobStatus.FAILED:
                     log.warning("kernelsearch.helion: no entry for %s (%s) and its job %s failed (%s); "
                                 "running Helion's default config", capture["qualname"], key[:12],
                                 job.get("id"), job.get("error"))
@@ -334,38 +263,42 @@ class KernelsearchBackend(RemoteCacheBackend):
                     log.info("kernelsearch.helion: no entry for %s (%s); running Helion's default "
                              "config while job %s tunes it", capture["qualname"], key[:12], job.get("id"))
                 return default
+            assert c.store is not None  # `_call` asks only a configured way
             entry = c.store.get_helion_entry(key)
             return entry.data if entry is not None and _entry_of(key, entry.data) else None
 
-        return c.call("get", fetch, None)
+        return _call("get", fetch, None)
 
     def _put(self, key: str, data: str) -> None:
         from helion.autotuner.base_cache import AutotuneCacheBase
 
         kernel, arg_names, checked = _kernel_facts(_caller(AutotuneCacheBase))
-        c = CONNECTION
+        c = BACKENDS
 
         def store() -> None:
             if c.client is not None:
-                c.client.helion_put(key, data, kernel=kernel, arg_names=arg_names, checked=checked)
+                assert c.writer is not None  # made with the client
+                c.writer.helion_put(key, data, kernel=kernel, arg_names=arg_names, checked=checked)
                 return
             from kernelsearch.search_space.acceptance import accepted_helion
 
+            assert c.store is not None
             c.store.put_helion_entry(accepted_helion(key, data, kernel=kernel, arg_names=arg_names,
                                                      checked=checked, host=socket.gethostname()))
 
-        c.call("put", store, None)
+        _call("put", store, None)
 
     def _list(self, max_results: int | None = None) -> Iterable[str]:
         from helion.autotuner.base_search import BaseSearch
 
         limit = 100 if max_results is None else max(1, min(int(max_results), 1000))
         hardware = _hardware(_caller(BaseSearch))
-        c = CONNECTION
+        c = BACKENDS
 
         def fetch() -> list[str]:
             if c.client is not None:
                 return [str(e["data"]) for e in c.client.helion_list(limit, hardware=hardware)]
+            assert c.store is not None
             return [e.data for e in c.store.list_helion_entries(limit, hardware=hardware)]
 
-        return c.call("list", fetch, [])
+        return _call("list", fetch, [])

@@ -15,7 +15,7 @@ identity, Triton's tuning key as axes, the device, versions and every config's t
 the same correctness check as the decorator's: the winner must write what the first config
 writes on the same call (in the background, after the call). Nothing here fails or delays a
 launch beyond `KS_AUTOTUNE_TIMEOUT_S`: any fault of kernelsearch's is a miss (Triton benchmarks)
-or an entry not shared (`kernelsearch.service.guard`).
+or an entry not shared (`kernelsearch.guard`).
 
 Triton names neither the kernel nor the call to its cache manager, only a hash and a file name;
 the manager reads them from the autotuner's own `check_disk_cache` frame, which is on the stack
@@ -37,7 +37,7 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.autotuner import Config
 from triton.runtime.cache import FileCacheManager
 
-from kernelsearch.service import guard
+from . import artifacts, guard
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +76,22 @@ class _Call:
         return {k: v for k, v in all_args.items() if k in self.tuner.arg_names}
 
 
+def _resolves_itself(tuner: Any) -> bool:
+    """A kernelsearch decorator's autotuner (it resolves and shares its keys itself); read from
+    the loaded modules, so the hook never imports the decorator."""
+    mod = sys.modules.get("kernelsearch.tuner")
+    return mod is not None and isinstance(tuner, mod.Autotuner)
+
+
 def _autotune_call() -> _Call | None:
     """The autotuner call asking for (or writing) an entry: the frame of Triton's
     `check_disk_cache` and, above it, the call's arguments. None for a kernelsearch decorator
     (it resolves and shares its keys itself) or when Triton's frames are not what they were."""
-    from kernelsearch.service.autotune import Autotuner as KsAutotuner
-
     f: FrameType | None = sys._getframe(1)
     while f is not None:
         tuner = f.f_locals.get("self")
         if f.f_code.co_name == "check_disk_cache" and isinstance(tuner, TritonAutotuner):
-            if isinstance(tuner, KsAutotuner):
+            if _resolves_itself(tuner):
                 return None
             caller = f.f_back
             loc = caller.f_locals if caller is not None else {}
@@ -99,7 +104,7 @@ def _autotune_call() -> _Call | None:
 
 def _kernel(call: _Call) -> Any:
     """The call's undeclared kernel definition, made once per autotuner."""
-    from kernelsearch.service.autotune import undeclared_kernel
+    from .identity import undeclared_kernel
 
     und = getattr(call.tuner, "_ks_undeclared", None)
     if und is None:
@@ -112,13 +117,15 @@ def served_entry(call: _Call) -> str | None:
     """The autotune entry of this call from the resolver, as Triton writes one; None when no
     record of this code measured every config of this list."""
     from kernelsearch.kernels.configs import canonical_key
-    from kernelsearch.service.autotune import BACKENDS, Options, serves_list, undeclared_key
+    from .backends import BACKENDS
+    from .identity import serves_list, undeclared_key
+    from .options import Options
 
     und = _kernel(call)
     key = undeclared_key(und, call.named)
     if key is None:
         return None
-    found = BACKENDS.lookup_bounded(key, Options.from_env())
+    found = BACKENDS.lookup_bounded(key, Options.from_env().timeout_s)
     if found is None or not found.timings:
         return None
     if not serves_list(found, und, call.configs):
@@ -133,8 +140,6 @@ def served_entry(call: _Call) -> str | None:
         t = found.timings[canonical_key(c)]
         ms = math.inf if t is None else float(t) / 1e3
         pairs.append((c.__dict__, [ms, ms, ms]))
-    from kernelsearch import artifacts  # the winner's compiled kernel, before Triton compiles it
-
     artifacts.before_first_launch(und.name, found)
     log.info("%s: autotune entry for key %s served by kernelsearch (%s)", und.name,
              call.tuning_key, found.source)
@@ -145,7 +150,8 @@ def share_entry(call: _Call, data: str) -> bool:
     """Share an entry Triton wrote after benchmarking, as a record (through the acceptance gate;
     checked and uploaded in the background)."""
     from kernelsearch.kernels.configs import canonical_key
-    from kernelsearch.service.autotune import share_tuned, undeclared_key
+    from .identity import undeclared_key
+    from .share import share_tuned
 
     und = _kernel(call)
     key = undeclared_key(und, call.named)
@@ -173,7 +179,6 @@ def share_entry(call: _Call, data: str) -> bool:
 def _note_compiled(call: _Call, name: str, axes: Any, winner: Config) -> None:
     """Hand the winner's compiled kernel (compiled by Triton's benchmark; `warmup` gives its
     handle without a launch) to kernelsearch.artifacts, which uploads it beside the record."""
-    from kernelsearch import artifacts
     from kernelsearch.kernels.configs import canonical
 
     kwargs = {**call.kwargs, "warmup": True, **winner.all_kwargs()}
@@ -210,8 +215,7 @@ class AutotuneCacheManager(FileCacheManager):
         if group is not None or self._plain or not filename.endswith(".json") \
                 or filename.endswith(SUFFIX):
             return group
-        from kernelsearch import artifacts
-
+    
         cache_key = guard.guarded(filename, "the compile cache's lookup",
                                   lambda: base64.b32decode(self.key + "=" * (-len(self.key) % 8)).hex(),
                                   None)

@@ -1,9 +1,12 @@
 """kernelsearch: tuned Triton configs kept in a database and served, instead of re-tuned per process.
 
-This folder is the installed `kernelsearch` package itself (pyproject.toml maps it, and maps
-`kernels/`, `search_space/`, `db/` and `service/` beneath it): the repository's top level is fixed,
-so the root of the import namespace lives here. Names resolve lazily, so `import kernelsearch`
-stays cheap and pulls in torch or the service only when one of them is used.
+This folder is the installed `kernelsearch` package itself, and the client: everything that runs
+in a user's program (the decorator, the torch.compile decision, the Triton cache manager, the
+Helion backend, `get_kernel`'s provider, the service's REST client) is a module of it.
+pyproject.toml maps it, and maps `kernels/`, `search_space/`, `db/` and `service/` (the server)
+beneath it: the repository's top level is fixed, so the root of the import namespace lives here.
+Names resolve lazily, so `import kernelsearch` stays cheap and pulls in torch or the service only
+when one of them is used.
 """
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "autotune": ("kernelsearch.service.autotune", "autotune"),
-    "Autotuner": ("kernelsearch.service.autotune", "Autotuner"),
+    "autotune": ("kernelsearch.decorator", "autotune"),
+    "Autotuner": ("kernelsearch.tuner", "Autotuner"),
     "register": ("kernelsearch.kernels.registry", "register"),
     "get_kernel": ("kernelsearch.kernels.registry", "get_kernel"),
     "kernel_names": ("kernelsearch.kernels.registry", "kernel_names"),

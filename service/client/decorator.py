@@ -1,0 +1,34 @@
+"""`@kernelsearch.autotune`: `triton.autotune`'s signature and behaviour, with configs that come
+from the shared store or the service instead of being benchmarked again in every process
+(`kernelsearch.tuner`)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from triton.runtime.autotuner import Config
+
+from .tuner import Autotuner
+
+
+def autotune(configs: list[Config], key: list[str], prune_configs_by: dict | None = None,
+             reset_to_zero: list[str] | None = None, restore_value: list[str] | None = None,
+             pre_hook: Callable | None = None, post_hook: Callable | None = None,
+             warmup: int | None = None, rep: int | None = None, use_cuda_graph: bool = False,
+             do_bench: Callable | None = None, cache_results: bool = False, *,
+             name: str | None = None,
+             reference: Callable[..., Any] | None = None,
+             search_space: Sequence[Config] | None = None) -> Callable[[Any], Autotuner]:
+    """`triton.autotune` with the same arguments; `name` (the kernel's name in kernelsearch) and
+    `reference` (what the correctness gate compares with, instead of the first config) may also
+    be given to `declare`. `search_space`: more configs (the same meta-parameters) that workers
+    may search besides the list, for a kernel they tune from a call's capture or a declaration;
+    this process only ever benchmarks the list."""
+
+    def decorator(fn: Any) -> Autotuner:
+        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value,
+                         pre_hook=pre_hook, post_hook=post_hook, prune_configs_by=prune_configs_by,
+                         warmup=warmup, rep=rep, use_cuda_graph=use_cuda_graph, do_bench=do_bench,
+                         cache_results=cache_results, name=name, reference=reference,
+                         search_space=search_space)
+
+    return decorator

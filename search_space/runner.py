@@ -21,26 +21,26 @@ tiny kernel) before it reports ready, so the first trial's timeout is not spent 
 The child keeps the current case's inputs between trials (kernels.check.InputCache): the
 benchmark draw for the first launch and the timing, the check's draws with their float64
 references. A trial that modified its inputs drops them.
+
+The child's side is trial_child.py, the pool's compile_pool.py, a trial's result
+trial_outcome.py; their names used elsewhere are importable from here too.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import math
 import multiprocessing as mp
 import os
-import signal
-import sys
 import time
-import traceback
-from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from kernelsearch.kernels.errors import FailureKind, TrialCrash
-from kernelsearch.kernels.registry import get_kernel, resolve
-from kernelsearch.kernels.spec import config_key
-from kernelsearch.kernels.runtime import runtime_of
+from kernelsearch.kernels.registry import get_kernel
+
+from .compile_pool import _SHAPED, _compile_init, _key, _warm_worker, compile_config  # noqa: F401 - _SHAPED: tests reach it here
+from .process_lifetime import die_with_parent, how_it_ended
+from .trial_child import _child_main
+from .trial_outcome import TrialCancelled, TrialOutcome
 
 log = logging.getLogger(__name__)
 
@@ -53,53 +53,6 @@ INTERPRETER_TRIAL_TIMEOUT_S = 600.0
 _CANCEL_POLL_S = 0.2
 
 
-class TrialCancelled(Exception):
-    """The trial in flight was stopped on request (its job was cancelled): no outcome of the
-    config, which a resumed study evaluates again."""
-
-
-@dataclass
-class TrialOutcome:
-    """What one trial produced: a measured latency or a typed failure, plus phase times."""
-
-    ok: bool
-    failure_kind: str | None = None
-    message: str = ""
-    # median_us, min_us, max_us, q1_us, q3_us, iqr_us, n, method (empty on failure)
-    timing: dict[str, Any] = field(default_factory=dict)
-    rel_errors: dict[str, float] = field(default_factory=dict)
-    n_regs: int | None = None
-    n_spills: int | None = None
-    shared_bytes: int | None = None
-    compile_s: float = 0.0
-    check_s: float = 0.0
-    measure_s: float = 0.0
-    # Seconds the runner waited for the compile-ahead pool before the trial started.
-    compile_wait_s: float = 0.0
-    # The compiled kernel (kernels.compiled.compiled_ref): its group is stored with the record.
-    compiled: dict[str, Any] | None = None
-
-    @property
-    def latency_us(self) -> float | None:
-        return self.timing.get("median_us") if self.ok else None
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        # NaN is not JSON: a NaN relative error (unwritten output) becomes None.
-        d["rel_errors"] = {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                           for k, v in self.rel_errors.items()}
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrialOutcome":
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    @classmethod
-    def failure(cls, kind: FailureKind | str, message: str, **kw: Any) -> "TrialOutcome":
-        return cls(ok=False, failure_kind=FailureKind(kind).value, message=message, **kw)
-
-
 def _origin(kernel: str) -> dict[str, Any]:
     """How a child learns a kernel registered here after it started: the module it imports, or
     for a kernel no import makes (a captured call's), the spec it is made again from."""
@@ -109,291 +62,6 @@ def _origin(kernel: str) -> dict[str, Any]:
         return {"module": None}
     spec = getattr(k, "child_spec", None)
     return {"module": k.module, "child_spec": spec() if callable(spec) else None}
-
-
-def _kernel_of(req: Mapping[str, Any]) -> Any:
-    """The kernel a request names, in the child (made from its spec when it carries one)."""
-    spec = req.get("child_spec")
-    if spec is not None:
-        from kernelsearch.kernels.capture import kernel_from_spec
-
-        return kernel_from_spec(spec)
-    return resolve(req["kernel"], req.get("module"))
-
-
-def _load_libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # not glibc: a child outlives a parent killed by SIGKILL
-        return None
-
-
-# Loaded at import, not in a forked child: between fork and exec only a plain C call is safe.
-_LIBC = _load_libc()
-_PR_SET_PDEATHSIG = 1
-
-
-def how_it_ended(exitcode: int | None) -> str:
-    """A child process's end in words: its exit code, or the signal that killed it."""
-    if exitcode is None:
-        return "did not exit"
-    if exitcode < 0:
-        try:
-            return f"was killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
-
-
-def die_with_parent(sig: int, parent_pid: int) -> None:
-    """Have the kernel send `sig` to this process when its parent dies, even by SIGKILL (Linux's
-    parent-death signal), then make sure the parent is still `parent_pid`: one that died before
-    the call would never signal. Safe between fork and exec. The "parent" is the thread that
-    started the process, so a child must be started from a thread that lives as long as it."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), sig)
-
-
-# ---------------------------------------------------------------------------------------------
-# Child side
-# ---------------------------------------------------------------------------------------------
-def _import_modules(modules: Sequence[str]) -> None:
-    """See the parent's kernels: the registry's plugins, then the modules the parent named (those
-    that registered kernels there); a module that fails raises a PluginLoadError naming it."""
-    from kernelsearch.kernels import registry
-
-    registry.load_plugins()
-    for m in modules:
-        registry.load_module(m)
-
-
-def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
-    import torch
-
-    from kernelsearch.kernels.check import check_config
-    from kernelsearch.kernels.device import default_device
-    from kernelsearch.kernels.errors import InvalidConfig, WrongResult, classify
-    from kernelsearch.kernels.measure import measure_config
-
-    kernel = _kernel_of(req)
-    axes = req["axes"]
-    device = default_device()
-    seed = int(req.get("seed", 0))
-    out = TrialOutcome(ok=False)
-    phase = "validate"
-    try:
-        cfg = kernel.validate_config(req["config"])
-        axes = kernel.validate_axes(axes)
-        phase = "compile"
-        inputs = cache.get(kernel, axes, seed, "benchmark", device).inputs
-        t0 = time.perf_counter()
-        kernel.launch(*inputs, config=cfg)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        out.compile_s = time.perf_counter() - t0
-        stats = runtime_of(kernel).compiled_stats()
-        out.n_regs = stats.get("n_regs")
-        out.n_spills = stats.get("n_spills")
-        out.shared_bytes = stats.get("shared_bytes")
-        out.compiled = _compiled_ref(runtime_of(kernel).last_compiled)
-        phase = "check"
-        t0 = time.perf_counter()
-        res = check_config(kernel, axes, cfg, device=device, seed=seed + 1, cache=cache)
-        out.check_s = time.perf_counter() - t0
-        out.rel_errors = dict(res.errors)
-        if not res.ok:
-            raise WrongResult(res.detail)
-        phase = "measure"
-        t0 = time.perf_counter()
-        timing = measure_config(kernel, axes, cfg, n=int(req.get("measure_n", 30)),
-                                seed=seed, device=device, inputs=inputs)
-        out.measure_s = time.perf_counter() - t0
-        out.timing = timing.as_dict()
-        out.ok = True
-    except InvalidConfig as exc:
-        out.failure_kind, out.message = FailureKind.INVALID_CONFIG.value, str(exc)
-    except Exception as exc:  # every failure of a candidate becomes a typed outcome
-        typed = classify(exc)
-        out.failure_kind = typed.kind.value
-        out.message = f"{phase}: {typed}"
-        log.debug("trial failed in %s: %s", phase, traceback.format_exc())
-    if out.failure_kind != FailureKind.CRASH.value:
-        # The next trial reuses these inputs only if this one left them as they were drawn.
-        try:
-            cache.verify()
-        except Exception as exc:  # the device no longer answers: this child must be replaced
-            cache.clear()
-            out.ok, out.timing = False, {}
-            out.failure_kind = FailureKind.CRASH.value
-            out.message = f"after {phase}: {classify(exc)}"
-    return out.as_dict()
-
-
-def _load(req: Mapping[str, Any]) -> dict[str, Any]:
-    """Import a captured kernel's module here (TrialRunner.load_kernel): what became of it."""
-    from kernelsearch.kernels.capture import KernelModuleUnavailable, kernel_from_spec
-
-    try:
-        kernel_from_spec(req["child_spec"])
-    except KernelModuleUnavailable as exc:
-        return {"ok": False, "unavailable": exc.why}
-    except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    except BaseException as exc:  # noqa: BLE001 - SystemExit from a module ends the job, not us
-        return {"ok": False, "fatal": f"{type(exc).__name__}: {exc}"}
-    return {"ok": True}
-
-
-def _run_reference(req: Mapping[str, Any]) -> dict[str, Any]:
-    from kernelsearch.kernels.measure import measure_reference
-
-    kernel = _kernel_of(req)
-    t = measure_reference(kernel, req["axes"], compiled=bool(req.get("compiled")),
-                          n=int(req.get("n", 30)))
-    return t.as_dict()
-
-
-def _tiny_launch() -> None:
-    """One launch of the flush kernel on one element, as measure._flush launches it: creates the
-    CUDA context and loads Triton's driver and compiler (a disk-cache load after the first time)."""
-    import torch
-
-    from kernelsearch.kernels.device import default_device
-    from kernelsearch.kernels.measure import _ks_l2_flush
-
-    device = default_device()
-    buf = torch.empty(1, dtype=torch.float32, device=device)
-    _ks_l2_flush[(1,)](buf, 1, 0.0, BLOCK=4096, num_warps=8)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _warm_child() -> None:
-    """So that the first trial's timeout is spent on its config. A failure here is left to the
-    trials, which report it typed."""
-    try:
-        _tiny_launch()
-    except Exception as exc:
-        log.warning("trial runner warm-up failed: %s", exc)
-
-
-def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None) -> None:
-    """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU).
-    Killed with its parent: a worker killed mid-trial takes its trial (and a hung kernel's
-    process and device memory) with it, instead of leaving it to run with nobody to end it."""
-    if parent_pid is not None:
-        die_with_parent(signal.SIGKILL, parent_pid)
-    _import_modules(modules)
-    from kernelsearch.kernels.check import InputCache
-    from kernelsearch.kernels.device import device_info, versions
-
-    _warm_child()
-    cache = InputCache()
-    conn.send({"op": "ready", "pid": os.getpid(), "device": device_info(),
-               "versions": versions()})
-    while True:
-        try:
-            req = conn.recv()
-        except (EOFError, OSError):
-            return
-        op = req.get("op")
-        try:
-            if op == "trial":
-                res = _run_trial(req, cache)
-                conn.send(res)
-                if res.get("failure_kind") == FailureKind.CRASH.value:
-                    return  # the CUDA context may be poisoned: let the parent start a fresh one
-            elif op == "load":
-                answer = _load(req)
-                conn.send(answer)
-                if "fatal" in answer:
-                    return  # a module that raised SystemExit may have left anything behind
-            elif op == "reference":
-                conn.send({"ok": True, "timing": _run_reference(req)})
-            elif op == "bandwidth":
-                from kernelsearch.kernels.measure import copy_bandwidth
-
-                conn.send({"ok": True, "value": copy_bandwidth()})
-            else:
-                conn.send({"ok": False, "error": f"unknown op {op!r}"})
-        except Exception as exc:
-            conn.send({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
-
-
-# ---------------------------------------------------------------------------------------------
-# Compile-ahead pool side
-# ---------------------------------------------------------------------------------------------
-def _compile_init(modules: Sequence[str]) -> None:
-    """Runs once in each pool process: imports, the CUDA context, launches turned into warmups."""
-    _import_modules(modules)
-    import torch
-
-    from kernelsearch.kernels.device import default_device
-
-    from ._triton_private import launches_become_warmups
-
-    # One compile per process at a time: torch's intra-op threads would only oversubscribe the
-    # cores the other workers and the trial child use.
-    torch.set_num_threads(1)
-    device = default_device()
-    if device.type == "cuda":
-        torch.empty(1, device=device)
-    launches_become_warmups()
-
-
-def _warm_worker() -> int:
-    """The first task of each pool process: starting the pool submits one per worker, so every
-    process is spawned (and its initializer run) before the first config is submitted."""
-    _tiny_launch()
-    return os.getpid()
-
-
-# Per pool process: uninitialised tensors shaped like a case's inputs, for the latest two cases
-# (the one being tuned and the next one being prefetched).
-_SHAPED: "OrderedDict[tuple[str, str], tuple[Any, ...]]" = OrderedDict()
-_SHAPED_CASES = 2
-
-
-def _shaped_inputs(kernel: Any, axes: Mapping[str, int]) -> tuple[Any, ...]:
-    """`KernelDef.empty_inputs` on the GPU, kept per case and process; on the CPU (interpreter)
-    a real draw, since there the launch runs for real."""
-    from kernelsearch.kernels.device import default_device
-
-    key = (kernel.name, config_key(axes))
-    got = _SHAPED.get(key)
-    if got is not None:
-        _SHAPED.move_to_end(key)
-        return got
-    device = default_device()
-    if device.type == "cuda":
-        got = kernel.empty_inputs(axes, device)
-    else:
-        got = kernel.make_inputs(axes, seed=0, distribution="benchmark", device="cpu")
-    _SHAPED[key] = got
-    while len(_SHAPED) > _SHAPED_CASES:
-        _SHAPED.popitem(last=False)
-    return got
-
-
-def compile_config(kernel_name: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> float:
-    """Compile one config for one case by launching it on shaped inputs (in a pool process whose
-    launches are warmups, or on garbage data, never timed); the seconds it took. Raises what
-    validation or the compiler raised."""
-    kernel = get_kernel(kernel_name)
-    t0 = time.perf_counter()
-    cfg = kernel.validate_config(config)
-    kernel.launch(*_shaped_inputs(kernel, axes), config=cfg)
-    return time.perf_counter() - t0
-
-
-def _key(kernel: str, axes: Mapping[str, int], config: Mapping[str, Any]) -> tuple[str, str, str]:
-    return kernel, config_key(axes), config_key(config)
 
 
 class TrialRunner:
@@ -756,15 +424,4 @@ class TrialRunner:
 
 
 __all__ = ["TrialRunner", "TrialOutcome", "TrialCancelled", "GPU_TRIAL_TIMEOUT_S",
-           "INTERPRETER_TRIAL_TIMEOUT_S"]
-
-
-def _compiled_ref(handle: Any) -> dict[str, Any] | None:
-    """kernels.compiled.compiled_ref, never failing the trial (its group is an extra)."""
-    from kernelsearch.kernels.compiled import compiled_ref
-
-    try:
-        return compiled_ref(handle)
-    except Exception as exc:
-        log.debug("compiled kernel not kept: %s", exc)
-        return None
+           "INTERPRETER_TRIAL_TIMEOUT_S", "compile_config", "die_with_parent", "how_it_ended"]

@@ -1,10 +1,10 @@
 """Warm start: the configs a study tries first (the kernel's default, the space's seeds, the
-nearest cases' bests), and their enqueueing into a study."""
+nearest cases' bests), their enqueueing into a study, and their compiling ahead (`prefetch_case`)."""
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -13,7 +13,7 @@ from kernelsearch.db.interfaces import RecordRepository
 from kernelsearch.kernels import get_kernel
 from kernelsearch.kernels.errors import InvalidConfig
 
-from .space import SearchSpace
+from .space import SearchSpace, case_space, get_space
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +94,20 @@ def enqueue_warm_start(study: optuna.Study, store: RecordRepository, kernel: str
         waiting.append(params)
         n += 1
     return n
+
+
+def prefetch_case(runner: Any, store: RecordRepository, kernel: str, axes: Mapping[str, int], device: str, *,
+                  space: SearchSpace | None = None,
+                  also: Sequence[Mapping[str, Any]] = ()) -> int:
+    """Queue a case's warm-start configs (`warm_start_picks` and `also`)
+    on the runner's compile-ahead pool before the case starts; returns how many were queued.
+    Only a hint: a config missing from the pool is compiled by the trial itself."""
+    if not runner.compile_workers:
+        return 0
+    space = space or case_space(kernel, axes, get_space)
+    axes = get_kernel(kernel).validate_axes(axes)
+    configs = [dict(c) for c in also]
+    configs += [c for c, _ in warm_start_picks(store, kernel, axes, device, space)]
+    # Each is valid already (a run trial, or checked against the space): canonical, once each.
+    fresh = {space.key(c): space.canonical(c) for c in configs}
+    return runner.prefetch(kernel, axes, list(fresh.values()))

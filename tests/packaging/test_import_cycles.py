@@ -30,7 +30,9 @@ PACKAGES = {
 # where `SERVER_USES_CLIENT` says why.
 LAYERS = {
     "kernelsearch.kernels": {"kernelsearch.kernels"},
-    "kernelsearch.db": {"kernelsearch.db"},
+    # The store keeps records by the kernels' own rules (a config's canonical form, "nearest"):
+    # one definition each, in the lowest layer, so db sits on kernels and never the reverse.
+    "kernelsearch.db": {"kernelsearch.db", "kernelsearch.kernels"},
     "kernelsearch.search_space": {"kernelsearch.search_space", "kernelsearch.kernels", "kernelsearch.db"},
     "kernelsearch.service": {"kernelsearch.service", "kernelsearch.search_space", "kernelsearch.kernels",
                              "kernelsearch.db"},

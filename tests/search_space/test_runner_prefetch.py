@@ -298,7 +298,7 @@ def test_the_next_cases_warm_start_is_prefetched_before_this_case_ends(ss_store)
 def test_a_next_case_that_cannot_be_prefetched_does_not_fail_this_one(ss_store, caplog):
     store, _ = ss_store
     r = _InstantRunner(optuna.storages.InMemoryStorage(), "hint")
-    with caplog.at_level(logging.WARNING, logger="kernelsearch.search_space.tuner"):
+    with caplog.at_level(logging.WARNING, logger="kernelsearch.search_space.study_loop"):
         # The test kernel has no packaged space: the look-ahead fails, the case does not.
         res = _tune(store, r, 6, "hint", next_case=(FAKE, {"n": 8}))
     assert res.stopped_because == "n_trials" and res.trials.n_run_now == 6

@@ -1,0 +1,50 @@
+"""A child process's lifetime: killed with its parent (`die_with_parent`), and its end in
+words (`how_it_ended`)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+
+def _load_libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc: a child outlives a parent killed by SIGKILL
+        return None
+
+
+# Loaded at import, not in a forked child: between fork and exec only a plain C call is safe.
+_LIBC = _load_libc()
+_PR_SET_PDEATHSIG = 1
+
+
+def how_it_ended(exitcode: int | None) -> str:
+    """A child process's end in words: its exit code, or the signal that killed it."""
+    if exitcode is None:
+        return "did not exit"
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+def die_with_parent(sig: int, parent_pid: int) -> None:
+    """Have the kernel send `sig` to this process when its parent dies, even by SIGKILL (Linux's
+    parent-death signal), then make sure the parent is still `parent_pid`: one that died before
+    the call would never signal. Safe between fork and exec. The "parent" is the thread that
+    started the process, so a child must be started from a thread that lives as long as it."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
+
+
+__all__ = ["die_with_parent", "how_it_ended"]

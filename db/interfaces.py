@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
     from .statuses import JobStatus
-    from .views import (Accepted, HelionEntryIn, HelionEntryView, ImportReport, JobView, RecordIn,
-                        RecordView, Withdrawal)
+    from .views import (Accepted, ArtifactSetView, HelionEntryIn, HelionEntryView, ImportReport,
+                        JobView, RecordIn, RecordView, Withdrawal)
     from .wire import EntryCheck
 
 
@@ -187,12 +187,31 @@ class HelionEntries(Protocol):
 
 
 @runtime_checkable
+class Artifacts(Protocol):
+    """Compiled kernels beside the records whose configs they compile (`db.repos.artifacts`)."""
+
+    def put_artifacts(self, record_id: int, *, cache_key: str, env: Any, env_fingerprint: str,
+                      group: str, files: Any, origin: str, uploaded_by: str | None = None,
+                      uploaded_from: str | None = None,
+                      max_bytes: int | None = None) -> ArtifactSetView: ...
+
+    def artifacts_of_record(self, record_id: int, env_fingerprint: str) -> list[ArtifactSetView]: ...
+
+    def artifacts_by_cache_key(self, cache_key: str, env_fingerprint: str) -> list[ArtifactSetView]: ...
+
+    def artifacts_for_device(self, device: str, env_fingerprint: str, kernels: Any = None,
+                             max_bytes: int | None = None) -> list[ArtifactSetView]: ...
+
+    def drop_orphan_artifact_blobs(self) -> int: ...
+
+
+@runtime_checkable
 class TuningStore(RecordRepository, TrialLog, DeviceRegistry, StudyClaims, Protocol):
     """What the tuner writes to: records, trials, devices, and the claim on its study."""
 
 
 @runtime_checkable
-class WorkerStore(TuningStore, JobQueue, Health, HelionEntries, Protocol):
+class WorkerStore(TuningStore, JobQueue, Health, HelionEntries, Artifacts, Protocol):
     """What a worker needs: the queue, what the tuner writes, and Helion's entries (a Helion job
     stores one)."""
 

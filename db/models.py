@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -317,3 +318,56 @@ class HelionEntry(Base):
     uploaded_from: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ArtifactBlob(Base):
+    """One compiled file (a cubin, its metadata json, its IRs), stored once under its sha256.
+
+    Why a bytea/blob column and not PostgreSQL large objects: a compile group is kilobytes to a
+    few MB (far under bytea's 1 GB), a row is deleted with its transaction and its references
+    (large objects leak unless lo_unlink'ed or vacuumlo'ed), pg_dump and `kernelsearch db
+    export` carry it like any column, and SQLite stores it the same way, one code path. Large
+    objects pay only for streaming files of hundreds of MB, which no compiled kernel is."""
+
+    __tablename__ = "ks_artifact_blobs"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ArtifactSet(Base):
+    """One Triton compile group (what `triton.compiler.compile` writes under one cache key) of the
+    config a record serves, tied to that record (withdrawn with it: ON DELETE CASCADE) and to the
+    compile fingerprint it loads under: Triton's cache key (source, options, target, Triton
+    build) and `env_fingerprint`, the sha256 of what that key leaves out (compute capability,
+    CUDA driver, ptxas, Triton build; `env` keeps the fields)."""
+
+    __tablename__ = "ks_artifact_sets"
+    __table_args__ = (UniqueConstraint("record_id", "cache_key", "env_fingerprint"),
+                      Index("ix_ks_artifact_sets_env_fingerprint", "env_fingerprint"),
+                      Index("ix_ks_artifact_sets_cache_key", "cache_key"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    record_id: Mapped[int] = mapped_column(ForeignKey("ks_records.id", ondelete="CASCADE"))
+    cache_key: Mapped[str] = mapped_column(String(64))
+    env_fingerprint: Mapped[str] = mapped_column(String(64))
+    env: Mapped[dict[str, Any]]
+    # The group's metadata file name (`<kernel>.json`): the group Triton looks up by.
+    group: Mapped[str] = mapped_column(String(200))
+    origin: Mapped[str] = mapped_column(String(16))
+    uploaded_by: Mapped[str | None] = mapped_column(String(200))
+    uploaded_from: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ArtifactFile(Base):
+    """A file of an artifact set: its name in the group and the blob holding its bytes."""
+
+    __tablename__ = "ks_artifact_files"
+
+    set_id: Mapped[int] = mapped_column(ForeignKey("ks_artifact_sets.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    filename: Mapped[str] = mapped_column(String(200), primary_key=True)
+    sha256: Mapped[str] = mapped_column(ForeignKey("ks_artifact_blobs.sha256"), index=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .checks import axes_key
 from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES
-from .repos import DeviceRepo, HelionRepo, JobRepo, KernelRepo, RecordRepo, TransferRepo, TrialRepo
+from .repos import ArtifactRepo, DeviceRepo, HelionRepo, JobRepo, KernelRepo, RecordRepo, TransferRepo, TrialRepo
 from .views import ImportReport, JobView, RecordFields, RecordIn, RecordView, TrialIn
 from .wire import (EXPORT_SCHEMA, EXPORT_VERSION, IMPORT_VERSIONS, AxisValue, DeviceInfoDoc,
                    EntryCheck, RecordDoc, TrialDoc, doc_definitions, parse_records_doc)
@@ -21,5 +21,5 @@ __all__ = [
 ]
 
 
-class Store(DeviceRepo, JobRepo, TransferRepo, RecordRepo, TrialRepo, KernelRepo, HelionRepo):
+class Store(ArtifactRepo, DeviceRepo, JobRepo, TransferRepo, RecordRepo, TrialRepo, KernelRepo, HelionRepo):
     """Jobs, records, devices, trial summaries and Helion's cache entries in one SQL database (SQLite or PostgreSQL)."""

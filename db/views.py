@@ -277,3 +277,23 @@ def accepted_value(got: Any, arg: str, kind: type[R]) -> R:
         raise TypeError(f"{arg}: expected Accepted[{kind.__name__}] from the acceptance gate "
                         f"(search_space.acceptance), got {type(got).__name__}")
     return got.value
+
+
+@dataclass(frozen=True)
+class ArtifactSetView:
+    """An artifact set with its files' bytes, and the record (kernel, case, device, config) it
+    was compiled for."""
+
+    id: int
+    record_id: int
+    kernel: str
+    axes: dict[str, Any]
+    device: str
+    config: dict[str, Any]
+    cache_key: str
+    env_fingerprint: str
+    env: dict[str, Any]
+    group: str
+    origin: str
+    files: dict[str, bytes] = field(repr=False)
+    is_current: bool = True

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from .axes import Axes
-from .resolve import Found, Key, Resolver, SourceUnavailable
+from .resolve import Found, Key, Match, Resolver, SourceUnavailable
 
 
 class KernelDef(Protocol):
@@ -29,13 +29,19 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _resolver: Resolver | None = None
 _cache: dict[Key, dict[str, Any] | None] = {}
+# Called with (kernel name, answer) for an exact answer, once per key and process, before the
+# kernel's first launch (the client installs the record's compiled kernel there).
+_on_exact: Callable[[str, Found], None] | None = None
 
 
-def set_resolver(resolver: Resolver | None) -> None:
-    """Plug in (or, with None, remove) what answers default-config lookups."""
-    global _resolver
+def set_resolver(resolver: Resolver | None,
+                 on_exact: Callable[[str, Found], None] | None = None) -> None:
+    """Plug in (or, with None, remove) what answers default-config lookups, and what is told of
+    each exact answer (`on_exact`; its failure is logged, never the call's)."""
+    global _resolver, _on_exact
     with _lock:
         _resolver = resolver
+        _on_exact = on_exact if resolver is not None else None
         _cache.clear()
 
 
@@ -56,7 +62,7 @@ def lookup(kernel: KernelDef, axes: Axes, device: str) -> dict[str, Any] | None:
     with _lock:
         if key in _cache:
             return _cache[key]
-        resolver = _resolver
+        resolver, on_exact = _resolver, _on_exact
     if resolver is None:
         return None
     try:
@@ -68,6 +74,11 @@ def lookup(kernel: KernelDef, axes: Axes, device: str) -> dict[str, Any] | None:
     except Exception as exc:  # a broken source must not break a user's call
         log.warning("config lookup failed for %s %s on %s: %s", kernel.name, dict(axes), device, exc)
         return None
+    if found is not None and found.match is Match.EXACT and on_exact is not None:
+        try:
+            on_exact(kernel.name, found)
+        except Exception as exc:
+            log.warning("%s: after the lookup: %s", kernel.name, exc)
     with _lock:
         _cache[key] = cfg
     return cfg

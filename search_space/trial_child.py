@@ -67,6 +67,7 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
         out.n_regs = stats.get("n_regs")
         out.n_spills = stats.get("n_spills")
         out.shared_bytes = stats.get("shared_bytes")
+        out.compiled = _compiled_ref(runtime_of(kernel).last_compiled)
         phase = "check"
         t0 = time.perf_counter()
         res = check_config(kernel, axes, cfg, device=device, seed=seed + 1, cache=cache)
@@ -189,3 +190,14 @@ def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None
                 conn.send({"ok": False, "error": f"unknown op {op!r}"})
         except Exception as exc:
             conn.send({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+
+
+def _compiled_ref(handle: Any) -> dict[str, Any] | None:
+    """kernels.compiled.compiled_ref, never failing the trial (its group is an extra)."""
+    from kernelsearch.kernels.compiled import compiled_ref
+
+    try:
+        return compiled_ref(handle)
+    except Exception as exc:
+        log.debug("compiled kernel not kept: %s", exc)
+        return None

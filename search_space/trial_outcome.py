@@ -32,6 +32,8 @@ class TrialOutcome:
     measure_s: float = 0.0
     # Seconds the runner waited for the compile-ahead pool before the trial started.
     compile_wait_s: float = 0.0
+    # The compiled kernel (kernels.compiled.compiled_ref): its group is stored with the record.
+    compiled: dict[str, Any] | None = None
 
     @property
     def latency_us(self) -> float | None:

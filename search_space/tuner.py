@@ -27,6 +27,7 @@ from kernelsearch.kernels.undeclared import UndeclaredKernel
 from kernelsearch.kernels.measure import default_repeats
 
 from .case_result import BestFound, CaseKey, CaseResult, Failures, PhaseTimes, TrialCounts
+from .compiled import store_compiled
 from .records import best_record
 from .runner import TrialRunner
 from .samplers import make_sampler
@@ -165,6 +166,7 @@ def tune_case(kernel: str, axes: Mapping[str, int], *, store: TuningStore,
                 # only when it covers the decorator's config list.
                 config_timings=loop.config_timings() if isinstance(kdef, UndeclaredKernel)
                 else None))
+            store_compiled(store, rec.id, best.outcome.get("compiled"))
             res = replace(res, best=replace(res.best, improved=improved, record_id=rec.id))
         return replace(res, times=replace(res.times, wall_s=time.monotonic() - t_wall))
     finally:

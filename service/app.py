@@ -31,8 +31,8 @@ from .deps import WriterToken
 from .lookups import (BestCache, BoundedPool, LookupTimeout, ReadTimeout, current_reads, lookup_store,
                       read_store)
 from .metrics import Metrics
-from .routers import (best, dashboard, definitions, health, helion, jobs, kernels, metrics, records,
-                      search)
+from .routers import (artifacts, best, dashboard, definitions, health, helion, jobs, kernels, metrics,
+                      records, search)
 from .settings import Settings, get_settings
 from .strict_input import BodyLimit, StrictJSON, TrustedHost, query_text
 
@@ -91,7 +91,8 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
                                       "KS_READ_TIMEOUT_S")
 
     app.add_middleware(StrictJSON)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       larger={"/v1/artifacts": settings.artifact_max_bytes * 4 // 3 + 65536})
     app.add_middleware(WriterToken)  # outside the body's checks: a 401 before any 413/422
     app.add_middleware(ReadBound, pool=app.state.read_pool, timeout_s=settings.read_timeout_s)
     if settings.cors_origins:  # outside the checks above, so their refusals carry CORS headers too
@@ -101,7 +102,7 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     if trusted_hosts is not None:
         app.add_middleware(TrustedHost, allowed=trusted_hosts)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    for router in (health.router, kernels.router, definitions.router, best.make_router(),
+    for router in (health.router, artifacts.router, kernels.router, definitions.router, best.make_router(),
                    records.router, helion.router,
                    jobs.router, search.router, metrics.router, dashboard.router):
         app.include_router(router)
@@ -149,8 +150,10 @@ def _document_parameter(param: dict[str, Any]) -> None:
         for ours, theirs in _BOUNDS.items():
             if ours in sub:
                 sub[theirs] = sub.pop(ours)
-        if param.get("in") == "query" and sub.get("type") == "string" and "enum" not in sub:
-            sub.setdefault("pattern", QUERY_TEXT_PATTERN)
+        items = sub.get("items")
+        for text in (sub, items if isinstance(items, dict) else {}):  # a repeated parameter too
+            if param.get("in") == "query" and text.get("type") == "string" and "enum" not in text:
+                text.setdefault("pattern", QUERY_TEXT_PATTERN)
 
 
 def _lifespan(own_store: bool, start_worker: bool, worker_process: bool,

@@ -371,6 +371,7 @@ def records_delete(
                 got = store.withdraw_record(rid)
             except NotFound as e:
                 raise _fail(str(e)) from None
+            store.drop_orphan_artifact_blobs()  # its compiled kernels went with it
             w = got.withdrawn
             typer.echo(f"withdrawn: {w.id} {w.kernel} {w.device} {_fmt_axes(w.axes)} "
                        f"{w.latency_median_us:.3f} us ({w.origin})")

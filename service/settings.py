@@ -93,6 +93,10 @@ class Settings(ClientSettings):
         3600.0, ge=0, description="a Helion key whose worker job failed is not queued again for this "
         "long (its misses run the default config meanwhile); 0: queued again on the next miss")
     max_body_bytes: int = Field(64 * 1024, gt=0)
+    artifact_max_bytes: int = Field(
+        16 << 20, gt=0, le=1 << 30, description="one compiled kernel's files (POST /v1/artifacts), "
+        "in bytes; that route's body may be this much plus base64's third")
+    prefetch_max_bytes: int = Field(256 << 20, gt=0, description="GET /v1/artifacts/device answers at most this many bytes of files")
     cors_origins: list[str] = Field(default_factory=list, description="empty: CORS off")
     shipped_records: str | None = Field(None, description="records export imported by `make run`")
     log_level: str = "INFO"

@@ -83,14 +83,17 @@ class StrictJSON:
 class BodyLimit:
     """Pure ASGI middleware: a request body over `max_bytes` is answered 413 before any parsing."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int, larger: dict[str, int] | None = None) -> None:
+        """`larger`: a route path with its own bound (compiled kernels' uploads)."""
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = dict(larger or {})
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope.get("path", ""), self.max_bytes)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
@@ -98,8 +101,8 @@ class BodyLimit:
                 except ValueError:
                     await self._reject(scope, send, 400, "Content-Length is not a number")
                     return
-                if declared > self.max_bytes:
-                    await self._reject(scope, send, 413, self._too_big())
+                if declared > limit:
+                    await self._reject(scope, send, 413, self._too_big(limit))
                     return
         messages = []
         size = 0
@@ -109,15 +112,16 @@ class BodyLimit:
             if msg["type"] != "http.request":
                 break
             size += len(msg.get("body", b""))
-            if size > self.max_bytes:
-                await self._reject(scope, send, 413, self._too_big())
+            if size > limit:
+                await self._reject(scope, send, 413, self._too_big(limit))
                 return
             if not msg.get("more_body", False):
                 break
         await self.app(scope, replaying(messages, receive), send)
 
-    def _too_big(self) -> str:
-        return f"request body larger than {self.max_bytes} bytes (KS_MAX_BODY_BYTES)"
+    def _too_big(self, limit: int) -> str:
+        what = "KS_MAX_BODY_BYTES" if limit == self.max_bytes else "KS_ARTIFACT_MAX_BYTES"
+        return f"request body larger than {limit} bytes ({what})"
 
     @staticmethod
     async def _reject(scope: dict, send: Callable, status: int, detail: str) -> None:

@@ -28,6 +28,12 @@
 #   issue31       two real libraries other than fla-core (.whl/: liger-kernel 0.8.5, gemlite 0.6.0.post2) unchanged
 #                 but for the decorator swap: triton.autotune on a cold host, kernelsearch on a first host (tunes,
 #                 shares) and a second (served); outputs against triton.autotune's (docs/benchmarks/issue31_libs.py)
+#   issue34       compiled kernels served with their configs: gemlite (.whl/, as issue31) unchanged but for the
+#                 swap, triton.autotune cold, a first host (tunes, uploads configs and compile groups), a
+#                 second host served (0 benchmarks, 0 compiles expected), the same host warm, a prefetching
+#                 host, a host of another compile fingerprint (compiles, still correct), Triton's Redis
+#                 manager's first and second host; fresh processes and Triton caches
+#                 (docs/benchmarks/issue34_artifacts.py; ISSUE34_LIBS=liger adds Liger-Kernel)
 #   helion        Helion (.whl/) through kernelsearch.helion: a softmax and an fp16 matmul tuned on a first host,
 #                 served on a second, against Helion's own local cache given the entries alone and warm
 #                 (docs/benchmarks/issue25_helion.py)
@@ -182,6 +188,24 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       python3 docs/benchmarks/issue31_libs.py table $W --out $D/summary.json | tee $D/table.txt
       $KS records list 2>/dev/null | grep -c -E "liger|gemlite" | sed 's/^/liger and gemlite records in the store: /'
       $KS records export $D/records.json >/dev/null; kill $API ;;
+    issue34)
+      # $OUT/issue34 keeps 3 files (the device returns few): table.txt, summary.json and logs.tar.gz
+      # (each mode's stderr, the service's log, the records).
+      D=$OUT/issue34; W=/tmp/ks34; rm -rf $W $D; mkdir -p $D $W
+      export KS_DATABASE_URL=sqlite:///$W/kernelsearch.db
+      $KS db upgrade >/dev/null
+      $KS serve --no-worker --port 8734 > $W/api.log 2>&1 &
+      API=$!
+      for _ in $(seq 60); do curl -sf http://127.0.0.1:8734/healthz >/dev/null && break; sleep 1; done
+      curl -sf http://127.0.0.1:8734/healthz >/dev/null || { echo "the service did not start:"; tail -3 $W/api.log; }
+      (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && echo "redis: up on 6379" || echo "redis: not up (the redis modes skip)"
+      for lib in ${ISSUE34_LIBS:-gemlite}; do
+        python3 docs/benchmarks/issue34_artifacts.py all --lib $lib --work $W \
+          --service http://127.0.0.1:8734 --budget-s ${ISSUE34_S:-300}
+      done
+      python3 docs/benchmarks/issue34_artifacts.py table $W --out $D/summary.json | tee $D/table.txt
+      $KS records export $W/records.json >/dev/null; kill $API
+      (cd $W && tar czf $D/logs.tar.gz *.err api.log records.json 2>/dev/null) ;;
     helion)
       # .whl/ must add helion 1.4.0 and the dependencies the host lacks (filecheck, scikit-learn, ...).
       D=$OUT/issue25; mkdir -p $D

@@ -36,11 +36,12 @@ _LAZY = {
     "check_tensor": ("kernelsearch.kernels.spec", "check_tensor"),
     "from_triton_config": ("kernelsearch.kernels.configs", "from_triton_config"),
     "to_triton_config": ("kernelsearch.kernels.configs", "to_triton_config"),
+    "prefetch": ("kernelsearch.artifacts", "prefetch"),
 }
 
 __all__ = sorted(_LAZY)
 # Subpackages and the hook modules a program may name (`kernelsearch.triton_cache`, ...).
-_SUBMODULES = ("kernels", "search_space", "db", "service", "triton_cache", "helion")
+_SUBMODULES = ("kernels", "search_space", "db", "service", "triton_cache", "helion", "artifacts")
 
 
 def __getattr__(name: str) -> Any:

@@ -43,6 +43,9 @@ class Backends:
         self._submitted: set[Key] = set()
         self._pending = 0  # background work the process waits for at exit (`drain`)
         self._idle = threading.Condition(self._lock)
+        # Told (record, its id in the store or None) of each record stored from this process
+        # (`kernelsearch.artifacts` uploads the compile group of its config beside it).
+        self.stored_listeners: list[Callable[[Any, int | None], None]] = []
 
     def ensure(self, settings: ClientSettings | None = None) -> None:
         """Build the backends from `settings` (default: the environment's client settings)
@@ -226,7 +229,8 @@ class Backends:
             try:
                 if definition is not None:
                     self.writer.register_kernel(definition)
-                self.writer.upload_record(_record_json(record))
+                stored = self.writer.upload_record(_record_json(record))
+                self._stored(record, stored.get("id") if isinstance(stored, Mapping) else None)
                 return True
             except Exception as exc:
                 log.warning("the service did not take the config tuned here for %s: %s",
@@ -236,11 +240,19 @@ class Backends:
                 if definition is not None:
                     self.store.save_definition(record.kernel, dict(definition))
                 self.store.ensure_device(record.device_info or {"name": record.device})
-                self.store.upsert_best(gated)
+                view, _ = self.store.upsert_best(gated)
+                self._stored(record, view.id)
                 return True
             except Exception as exc:
                 log.warning("could not store the config tuned here for %s: %s", record.kernel, exc)
         return False
+
+    def _stored(self, record: Any, record_id: Any) -> None:
+        from . import guard
+
+        rid = record_id if isinstance(record_id, int) else None
+        for listen in list(self.stored_listeners):
+            guard.guarded(record.kernel, "after storing the record", lambda: listen(record, rid), None)
 
     def in_background(self, fn: Callable[[], Any]) -> Future:
         """fn() off the caller's thread, as work the process waits for at exit (`drain`): an

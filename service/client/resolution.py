@@ -31,3 +31,5 @@ class Resolution:
     next_check: float = 0.0
     pending: bool = False
     found: Found | None = None
+    # A key tuned here: its first launch's compiled kernel was handed to kernelsearch.artifacts.
+    noted: bool = False

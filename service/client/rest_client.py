@@ -150,6 +150,28 @@ class Client:
         """Register an undeclared kernel's definition (kernels.undeclared.Definition as JSON)."""
         return self._request("POST", "/v1/kernels", json=dict(definition))
 
+    # -- compiled kernels (kernelsearch.artifacts) ---------------------------------------------
+    def upload_artifacts(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a compile group for a record (`POST /v1/artifacts`, writer token)."""
+        return self._request("POST", "/v1/artifacts", json=dict(body))
+
+    def artifacts(self, env_fingerprint: str, *, record_id: int | None = None,
+                  cache_key: str | None = None) -> list[dict[str, Any]]:
+        """The compile groups of one record, or under one Triton cache key, for this fingerprint."""
+        if record_id is not None:
+            return self._request("GET", "/v1/artifacts", params={
+                "record_id": record_id, "env_fingerprint": env_fingerprint})
+        return self._request("GET", "/v1/artifacts/by-cache-key", params={
+            "cache_key": cache_key, "env_fingerprint": env_fingerprint})
+
+    def device_artifacts(self, device: str, env_fingerprint: str,
+                         kernels: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every compile group of the current records on this device (a prefetch)."""
+        params: dict[str, Any] = {"device": device, "env_fingerprint": env_fingerprint}
+        if kernels:
+            params["kernel"] = list(kernels)
+        return self._request("GET", "/v1/artifacts/device", params=params)
+
     # -- Helion's autotune cache (kernelsearch.helion) ------------------------------------------
     def helion_get(self, key: str) -> dict[str, Any] | None:
         """The Helion entry stored under Helion's cache key (its `data` is the exact text); None

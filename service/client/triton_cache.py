@@ -5,8 +5,10 @@
 
 and a host that has never seen a kernel runs no benchmark for a key another host has tuned.
 
-Compiled kernels stay in Triton's file cache, untouched. Only the autotune entries
-(`<fn>.autotune.json`) go through kernelsearch: a local miss asks the one resolver (the local
+Compiled kernels stay in Triton's file cache; a compile group the local cache misses is asked
+of kernelsearch (`kernelsearch.artifacts`: served beside the records, verified by sha256, only
+under this host's compile fingerprint), and the winner's group is shared with its record. The
+autotune entries (`<fn>.autotune.json`) go through kernelsearch: a local miss asks the one resolver (the local
 store, then the service: `KS_DATABASE_URL`, `KS_SERVICE_URL`, with the decorator's time bound
 and back-off), and an entry Triton writes after benchmarking is shared as a record (the kernel's
 identity, Triton's tuning key as axes, the device, versions and every config's timings), after
@@ -21,6 +23,7 @@ whenever Triton asks for or writes an autotune entry.
 """
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -34,7 +37,7 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.autotuner import Config
 from triton.runtime.cache import FileCacheManager
 
-from . import guard
+from . import artifacts, guard
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class Stats:
     served: int = 0
     shared: int = 0
     missed: int = 0
+    groups: int = 0  # compile groups served (kernelsearch.artifacts)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, what: str) -> None:
@@ -136,6 +140,7 @@ def served_entry(call: _Call) -> str | None:
         t = found.timings[canonical_key(c)]
         ms = math.inf if t is None else float(t) / 1e3
         pairs.append((c.__dict__, [ms, ms, ms]))
+    artifacts.before_first_launch(und.name, found)
     log.info("%s: autotune entry for key %s served by kernelsearch (%s)", und.name,
              call.tuning_key, found.source)
     return json.dumps({"key": list(call.tuning_key), "configs_timings": pairs})
@@ -166,7 +171,19 @@ def share_entry(call: _Call, data: str) -> bool:
     if winner is None:
         winner = min(timings, key=lambda c: timings[c][0] if isinstance(timings[c], list) else timings[c])
     share_tuned(call.tuner, und, key, winner, timings, call.args, call.kwargs, call.configs[0])
+    guard.guarded(und.name, "sharing the compiled kernel",
+                  lambda: _note_compiled(call, und.name, key.axes_dict, winner), None)
     return True
+
+
+def _note_compiled(call: _Call, name: str, axes: Any, winner: Config) -> None:
+    """Hand the winner's compiled kernel (compiled by Triton's benchmark; `warmup` gives its
+    handle without a launch) to kernelsearch.artifacts, which uploads it beside the record."""
+    from kernelsearch.kernels.configs import canonical
+
+    kwargs = {**call.kwargs, "warmup": True, **winner.all_kwargs()}
+    handle = call.tuner.fn.run(*call.args, **kwargs)
+    artifacts.note_compiled(name, axes, canonical(winner), handle)
 
 
 class AutotuneCacheManager(FileCacheManager):
@@ -189,6 +206,24 @@ class AutotuneCacheManager(FileCacheManager):
             return None
         STATS.add("served")
         return super().put(data, filename, binary=False)
+
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        """Triton's compile group; a local miss asks kernelsearch.artifacts for the group under
+        this cache key (prefetched, else the store or service, once per key), verified and
+        installed under this host's compile fingerprint, else None: Triton compiles."""
+        group = super().get_group(filename)
+        if group is not None or self._plain or not filename.endswith(".json") \
+                or filename.endswith(SUFFIX):
+            return group
+    
+        cache_key = guard.guarded(filename, "the compile cache's lookup",
+                                  lambda: base64.b32decode(self.key + "=" * (-len(self.key) % 8)).hex(),
+                                  None)
+        if cache_key and guard.guarded(filename, "the compile cache's lookup",
+                                       lambda: artifacts.group_for_cache_key(cache_key), False):
+            STATS.add("groups")
+            return super().get_group(filename)
+        return None
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         path = super().put(data, filename, binary)

@@ -40,7 +40,7 @@ from kernelsearch.kernels.resolve import Found, Key, Match, Near
 from kernelsearch.kernels.undeclared import UndeclaredKernel
 from kernelsearch.search_space.derived import DerivedRule
 
-from . import guard
+from . import artifacts, guard
 from .backends import BACKENDS, in_daemon_thread
 from .declared import DecoratedKernel, declare
 from .compile_decision import TUNERS, prune_for_compile, served_for_compile
@@ -100,6 +100,8 @@ class Autotuner(TritonAutotuner):
             self.pre_hook = self._reset_and_save
         if not self.user_defined_post_hook and self.restore_value:
             self.post_hook = self._restore
+        # KS_PREFETCH=1: compiled kernels fetched while the program starts up.
+        guard.guarded(self._name(), "prefetching compiled kernels", artifacts.prefetch_soon, None)
 
     def served_for_compile(self, ints: tuple, tensors: tuple, nones: tuple) -> int:
         """The index in `configs` of this key's served config, else -1 (`compile_decision`)."""
@@ -153,7 +155,12 @@ class Autotuner(TritonAutotuner):
                 return self._as_triton(key, args, kwargs)
             self.best_config = res.config
             try:
-                return self._launch(res.config, args, kwargs)
+                ret = self._launch(res.config, args, kwargs)
+                if res.source is Source.TUNED_HERE and not res.noted:
+                    res.noted = True
+                    guard.guarded(self._name(), "sharing the compiled kernel",
+                                  lambda: self._note_compiled(named, res.config, ret), None)
+                return ret
             except _BUILD_ERRORS as exc:
                 if res.source in (Source.FIRST, Source.TUNED_HERE):
                     raise
@@ -203,6 +210,13 @@ class Autotuner(TritonAutotuner):
             config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
         return self.fn.run(*args, **kwargs, **config.all_kwargs())
 
+    def _note_compiled(self, named: dict[str, Any], config: Config, handle: Any) -> None:
+        """Hand the compiled kernel of a key tuned here to kernelsearch.artifacts, which uploads
+        its compile group beside the record once the store has taken it."""
+        case = self.case_key(named)
+        if case is not None:
+            artifacts.note_compiled(self._name(), case.axes_dict, canonical(config), handle)
+
     def _key(self, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """Triton's tuning key (key arguments' values, then every tensor argument's dtype)."""
         all_args = {**self.nargs, **kwargs}
@@ -221,6 +235,8 @@ class Autotuner(TritonAutotuner):
                 self._resolved[key] = res
                 self.sources[key] = res.source
                 self.cache[key] = res.config
+            if res.found is not None and res.source in (Source.STORE, Source.SERVICE):
+                artifacts.before_first_launch(self._name(), res.found)  # its compiled kernel
         elif res.provisional and not res.pending and time.monotonic() >= res.next_check:
             guard.guarded(self._name(), "looking a key up again",
                           lambda: self._recheck(key, named, res), None)

@@ -86,6 +86,7 @@ def withdraw_record(store: StoreDep, cache: BestCacheDep,
     """Withdraw (delete) a record, e.g. a bad upload: when it was current, the best of its case's
     history is served in its place, or nothing. 404 when there is no such record."""
     got = store.withdraw_record(record_id)
+    store.drop_orphan_artifact_blobs()  # its compiled kernels went with it (ON DELETE CASCADE)
     cache.invalidate()
     return {"withdrawn": record_json(got.withdrawn),
             "now_current": record_json(got.now_current) if got.now_current else None}

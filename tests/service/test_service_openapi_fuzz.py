@@ -5,7 +5,9 @@ Positive-data acceptance is left out on the operations whose input depends on th
 name (the axes of /v1/best and /case, the case axes and config of a job or an uploaded record),
 on an undeclared kernel's definition (its key and dtype arguments must be among its
 arguments), on a Helion cache entry (its `data` is Helion's JSON text inside a string) and a
-Helion job (its capture is checked field by field, service/helion_jobs.py): OpenAPI cannot say that `seq_len` belongs to one kernel and `total_patches` to
+Helion job (its capture is checked field by field, service/helion_jobs.py) and a compiled
+kernel's files (their bytes are read: an ELF must be a CUDA cubin, no pickle stream, the group's
+metadata file present, kernels.compiled.refusal): OpenAPI cannot say that `seq_len` belongs to one kernel and `total_patches` to
 another, so a "schema-valid" request may still be a 422 there; every other check runs on them."""
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ _TMP = tempfile.TemporaryDirectory(prefix="ks-fuzz-")
 _URL = f"sqlite:///{_TMP.name}/fuzz.db"
 KERNEL_DEPENDENT = {("GET", "/v1/best"), ("GET", "/case"), ("POST", "/v1/jobs"),
                     ("POST", "/v1/records"), ("POST", "/v1/kernels"),
-                    ("PUT", "/v1/helion/entries/{key}"), ("POST", "/v1/helion/jobs")}
+                    ("PUT", "/v1/helion/entries/{key}"), ("POST", "/v1/helion/jobs"),
+                    ("POST", "/v1/artifacts")}
 
 
 def _app():

@@ -1,0 +1,152 @@
+"""Compiled kernels (Triton compile groups) stored content-addressed beside the record that
+serves their config (`models.ArtifactBlob`, `ArtifactSet`, `ArtifactFile`)."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from ..checks import kernel_key
+from ..errors import Conflict, NotFound
+from ..statuses import RecordOrigin
+from ..models import (ArtifactBlob, ArtifactFile, ArtifactSet, Case, Device, Kernel, Record,
+                      utcnow)
+from ..views import ArtifactSetView
+from ._base import RepoBase
+
+
+class ArtifactRepo(RepoBase):
+    def put_artifacts(self, record_id: int, *, cache_key: str, env: Mapping[str, Any],
+                      env_fingerprint: str, group: str, files: Mapping[str, bytes], origin: str,
+                      uploaded_by: str | None = None, uploaded_from: str | None = None,
+                      max_bytes: int | None = None) -> ArtifactSetView:
+        """Store one compile group for a record, replacing the set under the same (record, cache
+        key, fingerprint) unless that one is a worker's and this an upload. NotFound: no such
+        record; Conflict: a worker's set stays, a set without its group's metadata file, or over
+        `max_bytes`. What a file may be is checked by the callers, the route and
+        the worker (`kernels.compiled.refusal`): this layer imports no kernel code."""
+        if group not in files:
+            raise Conflict(f"{group}: the group's metadata file is not among the files")
+        if max_bytes is not None and sum(len(d) for d in files.values()) > max_bytes:
+            raise Conflict(f"the artifact set is over {max_bytes} bytes")
+
+        def tx(s: Session) -> ArtifactSetView:
+            if s.get(Record, record_id) is None:
+                raise NotFound(f"record {record_id}: no such record")
+            stored = s.execute(select(ArtifactSet.origin).where(
+                ArtifactSet.record_id == record_id, ArtifactSet.cache_key == cache_key,
+                ArtifactSet.env_fingerprint == env_fingerprint)).scalar_one_or_none()
+            if stored == RecordOrigin.WORKER and origin == RecordOrigin.UPLOAD:
+                raise Conflict(f"record {record_id}: a worker's compiled kernel is stored under "
+                               "this cache key and fingerprint; an upload never replaces it")
+            s.execute(delete(ArtifactSet).where(
+                ArtifactSet.record_id == record_id, ArtifactSet.cache_key == cache_key,
+                ArtifactSet.env_fingerprint == env_fingerprint))
+            row = ArtifactSet(record_id=record_id, cache_key=cache_key, env=dict(env),
+                              env_fingerprint=env_fingerprint, group=group, origin=origin,
+                              uploaded_by=uploaded_by, uploaded_from=uploaded_from,
+                              created_at=utcnow())
+            s.add(row)
+            s.flush()
+            for name, data in files.items():
+                digest = hashlib.sha256(data).hexdigest()
+                if s.get(ArtifactBlob, digest) is None:
+                    s.add(ArtifactBlob(sha256=digest, size=len(data), data=data, created_at=utcnow()))
+                    s.flush()
+                s.add(ArtifactFile(set_id=row.id, filename=name, sha256=digest))
+            s.flush()
+            return self._artifact_views(s, [row.id])[0]
+
+        return self._tx(tx, write=True)
+
+    def artifacts_of_record(self, record_id: int, env_fingerprint: str) -> list[ArtifactSetView]:
+        """The sets of one record compiled under this fingerprint (any Triton cache key)."""
+        def tx(s: Session) -> list[ArtifactSetView]:
+            ids = s.execute(select(ArtifactSet.id).where(
+                ArtifactSet.record_id == record_id,
+                ArtifactSet.env_fingerprint == env_fingerprint)).scalars().all()
+            return self._artifact_views(s, list(ids))
+
+        return self._tx(tx, write=False)
+
+    def artifacts_by_cache_key(self, cache_key: str, env_fingerprint: str) -> list[ArtifactSetView]:
+        """The sets of current records under one Triton cache key and fingerprint (what Triton's
+        cache manager asks for when it misses a compile group)."""
+        def tx(s: Session) -> list[ArtifactSetView]:
+            ids = s.execute(select(ArtifactSet.id).join(Record, Record.id == ArtifactSet.record_id)
+                            .where(ArtifactSet.cache_key == cache_key, Record.is_current,
+                                   ArtifactSet.env_fingerprint == env_fingerprint)
+                            .order_by(ArtifactSet.id.desc()).limit(1)).scalars().all()
+            return self._artifact_views(s, list(ids))
+
+        return self._tx(tx, write=False)
+
+    def artifacts_for_device(self, device: str, env_fingerprint: str,
+                             kernels: Sequence[str] | None = None,
+                             max_bytes: int | None = None) -> list[ArtifactSetView]:
+        """Every set of the current records on `device` under this fingerprint (optionally of
+        these kernels), newest first, up to `max_bytes` of files: a process's prefetch."""
+        def tx(s: Session) -> list[ArtifactSetView]:
+            q = (select(ArtifactSet.id).join(Record, Record.id == ArtifactSet.record_id)
+                 .join(Device, Device.id == Record.device_id)
+                 .where(Device.name == device, Record.is_current,
+                        ArtifactSet.env_fingerprint == env_fingerprint)
+                 .order_by(ArtifactSet.id.desc()))
+            if kernels:
+                q = q.join(Kernel, Kernel.id == Record.kernel_id).where(
+                    Kernel.name_key.in_([kernel_key(k) for k in kernels]))
+            views = self._artifact_views(s, list(s.execute(q).scalars().all()))
+            if max_bytes is None:
+                return views
+            kept, total = [], 0
+            for v in views:
+                total += sum(len(d) for d in v.files.values())
+                if total > max_bytes:
+                    break
+                kept.append(v)
+            return kept
+
+        return self._tx(tx, write=False)
+
+    def drop_orphan_artifact_blobs(self) -> int:
+        """Delete the blobs no set names any longer (after a withdrawal); how many went."""
+        def tx(s: Session) -> int:
+            used = select(ArtifactFile.sha256)
+            gone = s.execute(select(ArtifactBlob.sha256).where(
+                ArtifactBlob.sha256.not_in(used))).scalars().all()
+            if gone:
+                s.execute(delete(ArtifactBlob).where(ArtifactBlob.sha256.in_(list(gone))))
+            return len(gone)
+
+        return self._tx(tx, write=True)
+
+    @staticmethod
+    def _artifact_views(s: Session, ids: list[int]) -> list[ArtifactSetView]:
+        if not ids:
+            return []
+        rows = s.execute(
+            select(ArtifactSet, Record.config, Record.is_current, Kernel.name, Case.axes,
+                   Device.name.label("device"))
+            .join(Record, Record.id == ArtifactSet.record_id)
+            .join(Kernel, Kernel.id == Record.kernel_id).join(Case, Case.id == Record.case_id)
+            .join(Device, Device.id == Record.device_id)
+            .where(ArtifactSet.id.in_(ids))).all()
+        files: dict[int, dict[str, bytes]] = {i: {} for i in ids}
+        for set_id, name, data in s.execute(
+                select(ArtifactFile.set_id, ArtifactFile.filename, ArtifactBlob.data)
+                .join(ArtifactBlob, ArtifactBlob.sha256 == ArtifactFile.sha256)
+                .where(ArtifactFile.set_id.in_(ids))).all():
+            files[set_id][name] = bytes(data)
+        by_id = {
+            r.ArtifactSet.id: ArtifactSetView(
+                id=r.ArtifactSet.id, record_id=r.ArtifactSet.record_id, kernel=r.name,
+                axes=dict(r.axes), device=r.device, config=dict(r.config),
+                cache_key=r.ArtifactSet.cache_key, env_fingerprint=r.ArtifactSet.env_fingerprint,
+                env=dict(r.ArtifactSet.env), group=r.ArtifactSet.group,
+                origin=r.ArtifactSet.origin, files=files[r.ArtifactSet.id],
+                is_current=bool(r.is_current))
+            for r in rows}
+        return [by_id[i] for i in ids if i in by_id]

@@ -1,0 +1,332 @@
+"""Compiled kernels served with their configs (`kernelsearch.artifacts`).
+
+A host served a config still compiles it; the store keeps the compile group (Triton's cubin,
+its metadata json and IRs; never a shared library or a pickle) of each served config, and this
+module installs it into the local Triton cache before the key's first launch, so that
+`triton.compiler.compile` finds it under its own cache key and compiles nothing (the launcher
+`.so` is built here, as always). A group is loaded only under this host's compile fingerprint
+(`kernels.compiled.environment`: target, driver, ptxas, Triton build, which Triton's key leaves
+out in part), after each file's sha256 is checked; anything else (no set, another
+fingerprint, a failed hash, an unreachable service) is a compile as before, never an error.
+
+A process that tuned and shared a key uploads the group it compiled for the winner, tied to
+the record the store answered. `prefetch()` (or `KS_PREFETCH=1` at the first lookup) fetches
+every group of the device's current records in one request.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelsearch.db.statuses import RecordOrigin
+from kernelsearch.kernels import compiled
+from . import guard
+from .backends import BACKENDS, in_daemon_thread
+from .options import Options
+
+log = logging.getLogger(__name__)
+
+PREFETCH_ENV = "KS_PREFETCH"
+# A first launch waits this long at most for the background prefetch the user asked for.
+PREFETCH_WAIT_S = 10.0
+
+
+@dataclass
+class Stats:
+    """What this module did in this process (tests and the benchmarks read it)."""
+
+    installed: int = 0
+    launchers: int = 0  # launchers built at install, before the first launch (from the specs)
+    uploaded: int = 0
+    rejected: int = 0
+    fetched_sets: int = 0
+    prefetch_s: float = 0.0  # the prefetch's own time (in the background under KS_PREFETCH=1)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, what: str, n: float = 1) -> None:
+        with self.lock:
+            setattr(self, what, getattr(self, what) + n)
+
+
+STATS = Stats()
+_lock = threading.Lock()
+_asked: set[int] = set()          # records whose sets this process asked for already
+_asked_keys: set[str] = set()     # Triton cache keys asked for already
+_prefetched = False
+_prefetch_future: Future | None = None
+# Rendezvous of a shared key: its record's id (from the store's answer) and its compiled
+# kernel (from the first launch), whichever comes second uploads the group.
+_records: dict[tuple[str, str, str], int] = {}
+_handles: dict[tuple[str, str, str], Any] = {}
+_uploaded: set[tuple[str, str, str]] = set()
+
+
+def reset() -> None:
+    """Forget what this process fetched, installed and noted, and its counts (tests)."""
+    global _prefetched, _prefetch_future
+    with STATS.lock:
+        STATS.installed = STATS.launchers = STATS.uploaded = STATS.rejected = STATS.fetched_sets = 0
+        STATS.prefetch_s = 0.0
+    with _lock:
+        _asked.clear()
+        _asked_keys.clear()
+        _records.clear()
+        _handles.clear()
+        _uploaded.clear()
+        _prefetched = False
+        _prefetch_future = None
+
+
+def _backends(slow: bool = False) -> tuple[Any, Any]:
+    """(the service's client, the local store), as the decorator's resolver has them: the
+    lookups' client (bounded as a lookup is: a key's first launch waits on it) unless `slow`
+    (uploads and an explicit prefetch, off the launch's path or asked for)."""
+    BACKENDS.ensure()
+    client = (BACKENDS.writer if slow else BACKENDS.client) if BACKENDS.up("service") else None
+    return client, BACKENDS.store
+
+
+def _wire(view: Any) -> dict[str, Any]:
+    """A store's ArtifactSetView in the route's shape (files base64 with their sha256)."""
+    return {"record_id": view.record_id, "cache_key": view.cache_key, "group": view.group,
+            "env_fingerprint": view.env_fingerprint,
+            "files": {n: {"sha256": compiled.sha256_hex(d), "data": base64.b64encode(d).decode()}
+                      for n, d in view.files.items()}}
+
+
+def install(sets: Sequence[Mapping[str, Any]]) -> int:
+    """Install each set whose fingerprint is this host's and whose files all hash to what the
+    set says, then build their launchers at once (`compiled.build_launchers`: each launch would
+    build its own, one after another); how many sets were installed (a set refused is counted
+    in STATS.rejected)."""
+    mine, done = compiled.fingerprint(), []
+    for st in sets:
+        try:
+            files = {n: base64.b64decode(f["data"], validate=True) for n, f in st["files"].items()}
+            hashes = {n: str(f["sha256"]) for n, f in st["files"].items()}
+            ok = (st.get("env_fingerprint") == mine
+                  and compiled.install_group(str(st["cache_key"]), str(st["group"]), files, hashes))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("kernelsearch: a compiled kernel's set is malformed (%s); compiling", exc)
+            ok = False
+        if ok:
+            done.append(files)
+        else:
+            STATS.add("rejected")
+    STATS.add("installed", len(done))
+    STATS.add("launchers", compiled.build_launchers(done))
+    return len(done)
+
+
+def _fetch(record_id: int | None = None, cache_key: str | None = None) -> list[dict[str, Any]]:
+    client, store = _backends()
+    fp = compiled.fingerprint()
+    sets: list[dict[str, Any]] = []
+    if store is not None:
+        try:
+            views = (store.artifacts_of_record(record_id, fp) if record_id is not None
+                     else store.artifacts_by_cache_key(cache_key, fp))
+            sets = [_wire(v) for v in views]
+        except Exception as exc:  # a store without the table (older schema): the service
+            log.debug("local store has no compiled kernels: %s", exc)
+    if not sets and client is not None:
+        sets = _asking_service(lambda: client.artifacts(fp, record_id=record_id, cache_key=cache_key),
+                               Options.from_env().timeout_s)
+    STATS.add("fetched_sets", len(sets))
+    return sets
+
+
+def _asking_service(ask: Any, wait_s: float | None = None) -> Any:
+    """A request to the service, through the backends' one bounded call when it is on a first
+    launch's path (`wait_s`: the lookups' bound, KS_AUTOTUNE_TIMEOUT_S) and their one back-off:
+    a failure, or no answer in time, leaves the service alone for KS_AUTOTUNE_RETRY_S (a cold
+    host's compiles ask no more)."""
+    if wait_s is not None:
+        fut = BACKENDS.bounded(ask, wait_s, source="service")
+        if not fut.done():
+            raise TimeoutError(f"no compiled kernels within {wait_s:g} s")
+        ask = fut.result
+    try:
+        return ask()
+    except Exception as exc:
+        BACKENDS.failed("service", exc)
+        raise
+
+
+def record_id_of(found: Any) -> int | None:
+    """The id of the record a resolver's answer came from (a store's view, a service's JSON)."""
+    rec = getattr(found, "record", None)
+    rid = rec.get("id") if isinstance(rec, Mapping) else getattr(rec, "id", None)
+    return int(rid) if isinstance(rid, int) else None
+
+
+def before_first_launch(kernel: str, found: Any) -> None:
+    """A served key on this host, before its first launch: install its record's compile groups
+    (once per record and process). Inside the guard: any failure is a compile as today."""
+    def body() -> None:
+        _await_prefetch()
+        rid = record_id_of(found)
+        if rid is None:
+            return
+        with _lock:
+            if rid in _asked:
+                return
+            _asked.add(rid)
+        install(_fetch(record_id=rid))
+
+    guard.guarded(kernel, "installing the served compiled kernel", body, None)
+
+
+def group_for_cache_key(cache_key: str) -> bool:
+    """Triton's cache manager missed this compile group: install it from the store or service
+    (one request per key and process; none after a prefetch); whether it is there now.
+    Never raises (a failure is a miss: Triton compiles)."""
+    def body() -> bool:
+        _await_prefetch()
+        with _lock:
+            asked = cache_key in _asked_keys
+            _asked_keys.add(cache_key)
+        if asked or _prefetched:  # a prefetch installed every group there is
+            return False
+        return install(_fetch(cache_key=cache_key)) > 0
+
+    return guard.guarded(cache_key[:12], "fetching a compile group", body, False)
+
+
+def prefetch_soon() -> None:
+    """Under KS_PREFETCH=1, start this process's prefetch in the background (once), at its first
+    decorated kernel: the request, the installs and the launcher builds overlap the program's
+    own start-up instead of its first calls."""
+    global _prefetch_future
+    if os.environ.get(PREFETCH_ENV) != "1":
+        return
+    with _lock:
+        if _prefetch_future is not None or _prefetched:
+            return
+        _prefetch_future = in_daemon_thread(prefetch)
+
+
+def _await_prefetch() -> None:
+    """Under KS_PREFETCH=1, before a served key's first launch: the prefetch has installed what
+    it found (the background one waited on for at most PREFETCH_WAIT_S, else run now). Past
+    the bound the key's own set is fetched, as without a prefetch."""
+    if os.environ.get(PREFETCH_ENV) != "1" or _prefetched:
+        return
+    fut = _prefetch_future
+    if fut is None:
+        prefetch()
+        return
+    try:
+        fut.result(timeout=PREFETCH_WAIT_S)
+    except Exception:  # noqa: BLE001 - past the bound: the key's own set is asked for
+        pass
+
+
+def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) -> int:
+    """Fetch every compile group of this device's current records (optionally of these kernels)
+    in one request and install those of this host's fingerprint into the local Triton cache, so
+    the first calls compile nothing; how many were installed. `device`: the name records are
+    keyed by (default: this process's CUDA device). Never raises: 0 on any failure."""
+
+    def body() -> int:
+        global _prefetched
+        import torch
+
+        t0 = time.perf_counter()
+
+        client, store = _backends(slow=True)
+        name = device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+        if name is None:
+            return 0
+        fp = compiled.fingerprint()
+        sets: list[dict[str, Any]] = []
+        if store is not None:
+            try:
+                sets = [_wire(v) for v in store.artifacts_for_device(name, fp, kernels)]
+            except Exception as exc:
+                log.debug("local store has no compiled kernels: %s", exc)
+        if not sets and client is not None:
+            sets = _asking_service(lambda: client.device_artifacts(name, fp, kernels))
+        STATS.add("fetched_sets", len(sets))
+        with _lock:
+            _asked.update(int(s["record_id"]) for s in sets)
+        done = install(sets)
+        with _lock:
+            _prefetched = True
+        STATS.add("prefetch_s", time.perf_counter() - t0)
+        return done
+
+    with _lock:
+        if _prefetched and kernels is None:
+            return 0
+    return guard.guarded("kernelsearch", "prefetching compiled kernels", body, 0)
+
+
+def _slot(kernel: str, axes: Mapping[str, Any], config: Any) -> tuple[str, str, str]:
+    from kernelsearch.db.checks import axes_key
+    from kernelsearch.kernels.configs import canonical_key
+
+    return kernel, axes_key(dict(axes)), canonical_key(config)
+
+
+def note_compiled(kernel: str, axes: Mapping[str, Any], config: Any, handle: Any) -> None:
+    """The first launch of a key this process tuned (and shares) returned `handle`: upload its
+    compile group once the record's id is known (`note_record`)."""
+    slot = _slot(kernel, axes, config)
+    with _lock:
+        _handles[slot] = handle
+        rid = _records.get(slot)
+    if rid is not None:
+        _upload(slot, rid)
+
+
+def note_record(record: Any, record_id: int | None) -> None:
+    """A record this process tuned was stored (by the service or the local store) as
+    `record_id`: upload the compile group of its config once it is compiled here."""
+    if record_id is None:
+        return
+    slot = _slot(record.kernel, record.axes, record.config)
+    with _lock:
+        _records[slot] = int(record_id)
+        known = slot in _handles
+    if known:
+        _upload(slot, int(record_id))
+
+
+BACKENDS.stored_listeners.append(note_record)
+
+
+def _upload(slot: tuple[str, str, str], record_id: int) -> None:
+    with _lock:
+        if slot in _uploaded:
+            return
+        _uploaded.add(slot)
+        handle = _handles.pop(slot, None)
+
+    def body() -> None:
+        got = compiled.group_of(handle)
+        if got is None:
+            return
+        cache_key, group, files = got
+        env = compiled.environment()
+        client, store = _backends(slow=True)
+        if client is not None:
+            client.upload_artifacts({
+                "record_id": record_id, "cache_key": cache_key, "group": group, "env": env,
+                "files": {n: base64.b64encode(d).decode() for n, d in files.items()}})
+        elif store is not None:
+            store.put_artifacts(record_id, cache_key=cache_key, env=env,
+                                env_fingerprint=compiled.env_fingerprint(env), group=group,
+                                files=files, origin=RecordOrigin.UPLOAD.value)
+        else:
+            return
+        STATS.add("uploaded")
+
+    BACKENDS.in_background(lambda: guard.guarded(slot[0], "sharing the compiled kernel", body, None))

@@ -1,0 +1,353 @@
+"""Compiled kernels served with their configs (issue 34), on CPU with synthetic Triton compile
+groups (the interpreter compiles no cubin): the store keeps them content-addressed beside their
+record and withdraws them with it; the routes refuse shared libraries, pickles and other ELF
+files, bound the size and need the writer token; a host installs a set into its Triton cache
+only under its own compile fingerprint and with every hash right, else compiles."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+from sqlalchemy import func, select
+from svc_helpers import H200, KA, KB, record, settings_for
+from trusted_records import trusted
+
+from kernelsearch import artifacts
+from kernelsearch.db.models import ArtifactBlob
+from kernelsearch.db.store import Store
+from kernelsearch.kernels import compiled
+from kernelsearch.service.api import create_app
+
+AUTH = {"Authorization": "Bearer t"}
+ENV = {"driver": "570.1 cuda12080", "ptxas": "12.8 V12.8.93", "target": "cuda:90:32",
+       "triton": "3.6.0+abc"}
+FP = compiled.env_fingerprint(ENV)
+KEY = hashlib.sha256(b"triton cache key").hexdigest()
+CUBIN = b"\x7fELF\x02\x01" + b"\0" * 12 + (190).to_bytes(2, "little") + b"cubin-body" * 10
+FILES = {"k.json": json.dumps({"name": "k", "hash": KEY}).encode(), "k.cubin": CUBIN,
+         "k.ptx": b"// ptx", "k.ttgir": b"#ttg"}
+
+
+def b64(d: bytes) -> str:
+    return base64.b64encode(d).decode()
+
+
+def body(record_id: int, files: dict[str, bytes] | None = None, **kw: Any) -> dict[str, Any]:
+    return {"record_id": record_id, "cache_key": KEY, "group": "k.json", "env": ENV,
+            "files": {n: b64(d) for n, d in (FILES if files is None else files).items()}, **kw}
+
+
+@pytest.fixture(autouse=True)
+def _host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """This host: the fingerprint ENV and a fresh Triton cache of its own."""
+    monkeypatch.setattr(compiled, "_host_environment", lambda: tuple(sorted(ENV.items())))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.delenv(compiled.ENV_OVERRIDE, raising=False)
+    artifacts.reset()
+    yield
+    artifacts.reset()
+
+
+@pytest.fixture
+def writer(store: Store) -> Iterator[TestClient]:
+    with TestClient(create_app(settings_for(store.url, api_token=SecretStr("t")), store=store)) as c:
+        yield c
+
+
+def blobs(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(ArtifactBlob)).scalar_one())
+
+
+def test_upload_then_served_by_record_and_fingerprint_only(store: Store, writer: TestClient) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    r = writer.post("/v1/artifacts", json=body(rec.id), headers=AUTH)
+    assert r.status_code == 201, r.text
+    assert r.json()["env_fingerprint"] == FP
+    got = writer.get("/v1/artifacts", params={"record_id": rec.id, "env_fingerprint": FP}).json()
+    assert len(got) == 1 and got[0]["config"] == rec.config and got[0]["kernel"] == KA
+    assert {n: base64.b64decode(f["data"]) for n, f in got[0]["files"].items()} == FILES
+    assert all(f["sha256"] == hashlib.sha256(FILES[n]).hexdigest()
+               for n, f in got[0]["files"].items())
+    other = compiled.env_fingerprint({**ENV, "driver": "575.0"})
+    assert writer.get("/v1/artifacts", params={"record_id": rec.id, "env_fingerprint": other}).json() == []
+    by_key = writer.get("/v1/artifacts/by-cache-key", params={"cache_key": KEY,
+                                                               "env_fingerprint": FP}).json()
+    assert [s["record_id"] for s in by_key] == [rec.id]
+    # Content-addressed: a second record's identical files add no blob.
+    rec2, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
+    assert writer.post("/v1/artifacts", json=body(rec2.id), headers=AUTH).status_code == 201
+    assert blobs(store) == len(FILES)
+
+
+@pytest.mark.parametrize("files, why", [
+    ({**FILES, "launcher.so": b"\x7fELF"}, "shared librar"),
+    ({**FILES, "k.json": b"\x80\x04\x95" + b"x" * 8}, "pickle"),
+    ({**FILES, "k.cubin": CUBIN[:18] + (62).to_bytes(2, "little") + CUBIN[20:]}, "not a CUDA cubin"),
+    ({**FILES, "../k.ptx": b"x"}, "plain file name"),
+    ({**FILES, "k.exe": b"x"}, "not a Triton compile file"),
+    ({"k.cubin": CUBIN}, "group"),
+])
+def test_refuses_code_and_malformed_sets(store: Store, writer: TestClient,
+                                         files: dict[str, bytes], why: str) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    r = writer.post("/v1/artifacts", json=body(rec.id, files), headers=AUTH)
+    assert r.status_code == 422 and why in r.text, r.text
+    assert blobs(store) == 0
+
+
+def test_writes_need_the_token_and_a_record_and_stay_bounded(store: Store, writer: TestClient) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    assert writer.post("/v1/artifacts", json=body(rec.id)).status_code == 401
+    assert writer.post("/v1/artifacts", json=body(rec.id),
+                       headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert writer.post("/v1/artifacts", json=body(rec.id + 99), headers=AUTH).status_code == 404
+    store.put_artifacts(rec.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                        files=FILES, origin="worker")
+    r = writer.post("/v1/artifacts", json=body(rec.id, {**FILES, "k.ptx": b"// other"}), headers=AUTH)
+    assert r.status_code == 409 and "worker" in r.text
+    [kept] = store.artifacts_of_record(rec.id, FP)
+    assert kept.origin == "worker" and kept.files == FILES
+    r = writer.get("/v1/artifacts", params={"env_fingerprint": FP})
+    assert r.status_code == 422
+    with TestClient(create_app(settings_for(store.url, artifact_max_bytes=100),
+                               store=store)) as small:
+        assert small.post("/v1/artifacts", json=body(rec.id)).status_code == 413
+
+
+def test_withdrawing_a_record_withdraws_its_artifacts(store: Store, writer: TestClient) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    keep, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
+    writer.post("/v1/artifacts", json=body(rec.id), headers=AUTH)
+    writer.post("/v1/artifacts", json=body(keep.id, {**FILES, "k.ptx": b"// other"}), headers=AUTH)
+    assert writer.delete(f"/v1/records/{rec.id}", headers=AUTH).status_code == 200
+    assert writer.get("/v1/artifacts", params={"record_id": rec.id, "env_fingerprint": FP}).json() == []
+    assert blobs(store) == len(FILES)  # the kept set's four; the withdrawn one's own ptx is gone
+    assert len(writer.get("/v1/artifacts", params={"record_id": keep.id, "env_fingerprint": FP}).json()) == 1
+
+
+def test_bulk_route_answers_the_devices_current_records(store: Store, writer: TestClient) -> None:
+    a, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    b, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
+    other, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0, device="NVIDIA A100")))
+    for rid in (a.id, b.id, other.id):
+        writer.post("/v1/artifacts", json=body(rid), headers=AUTH)
+    newer, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 5.0)))  # supersedes b
+    got = writer.get("/v1/artifacts/device", params={"device": H200, "env_fingerprint": FP}).json()
+    assert sorted(s["record_id"] for s in got) == [a.id]
+    assert newer.id != b.id
+    got = writer.get("/v1/artifacts/device", params={"device": "NVIDIA A100", "env_fingerprint": FP,
+                                                     "kernel": [KA]}).json()
+    assert [s["record_id"] for s in got] == [other.id]
+
+
+# -- the host side -----------------------------------------------------------------------------
+def wire(files: dict[str, bytes] = FILES, **kw: Any) -> dict[str, Any]:
+    return {"record_id": 1, "cache_key": KEY, "group": "k.json", "env_fingerprint": FP,
+            "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "data": b64(d)}
+                      for n, d in files.items()}, **kw}
+
+
+def local_group() -> dict[str, bytes] | None:
+    return compiled.read_group(KEY, "k.json")
+
+
+def test_install_lands_where_triton_looks_and_checks_every_hash() -> None:
+    from triton.runtime.cache import get_cache_manager
+
+    bad = wire()
+    bad["files"]["k.cubin"]["data"] = b64(CUBIN + b"tampered")
+    assert artifacts.install([bad]) == 0 and local_group() is None
+    assert artifacts.install([wire(env_fingerprint=compiled.env_fingerprint({"other": "1"}))]) == 0
+    assert artifacts.install([wire({"k.cubin": CUBIN})]) == 0  # no metadata file
+    assert artifacts.install([{"cache_key": KEY}]) == 0  # malformed: ignored, never raised
+    assert local_group() is None and artifacts.STATS.rejected == 4
+    assert artifacts.install([wire()]) == 1
+    # What triton.compiler.compile asks its cache manager for before it compiles anything.
+    group = get_cache_manager(KEY).get_group("k.json")
+    assert group is not None and Path(group["k.cubin"]).read_bytes() == CUBIN
+
+
+def test_another_driver_or_build_is_another_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = compiled.fingerprint()
+    monkeypatch.setenv(compiled.ENV_OVERRIDE, json.dumps({"driver": "575.0"}))
+    assert compiled.fingerprint() != mine
+    assert artifacts.install([wire()]) == 0 and local_group() is None
+
+
+def handle_of(tmp_path: Path, files: dict[str, bytes]) -> Any:
+    """A compiled kernel as Triton hands it back (its cache key and its group's paths)."""
+    paths = {}
+    for n, d in files.items():
+        (tmp_path / n).write_bytes(d)
+        paths[n] = str(tmp_path / n)
+    return type("Handle", (), {"hash": KEY, "metadata_group": paths})()
+
+
+@pytest.fixture
+def local_store(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """The user's process on the local store (no service)."""
+    from kernelsearch.backends import BACKENDS
+
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.delenv("KS_SERVICE_URL", raising=False)
+    BACKENDS.reset()
+    yield sqlite_store
+    BACKENDS.drain(10.0)
+    BACKENDS.reset()
+
+
+def test_a_host_that_shared_a_key_uploads_its_group_and_the_next_host_installs_it(
+        local_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelsearch.kernels.resolve import Found, Match
+    from kernelsearch.backends import BACKENDS
+
+    rec_in = record(KA, {"total_patches": 64}, 10.0)
+    artifacts.note_compiled(KA, rec_in.axes, rec_in.config, handle_of(tmp_path, FILES))
+    view, _ = local_store.upsert_best(trusted(rec_in))
+    artifacts.note_record(rec_in, view.id)  # the store's answer comes second: it uploads
+    BACKENDS.drain(10.0)
+    assert artifacts.STATS.uploaded == 1
+    assert [s.record_id for s in local_store.artifacts_of_record(view.id, FP)] == [view.id]
+
+    # A fresh host (its own empty cache) served that record installs the group before launching.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh-host"))
+    artifacts.reset()
+    found = Found(config=view.config, match=Match.EXACT, source="store", record=view)
+    artifacts.before_first_launch(KA, found)
+    assert local_group() == FILES and artifacts.STATS.installed == 1
+
+
+def test_the_cache_manager_serves_a_missed_compile_group(local_store: Store) -> None:
+    from kernelsearch.triton_cache import AutotuneCacheManager
+    from triton.runtime.cache import _base32
+
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                              files=FILES, origin="worker")
+    manager = AutotuneCacheManager(_base32(KEY))
+    group = manager.get_group("k.json")
+    assert group is not None and Path(group["k.cubin"]).read_bytes() == CUBIN
+    unknown = AutotuneCacheManager(_base32(hashlib.sha256(b"other").hexdigest()))
+    assert unknown.get_group("k.json") is None
+
+
+def test_prefetch_installs_the_devices_groups_in_one_go(local_store: Store) -> None:
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                              files=FILES, origin="worker")
+    assert artifacts.prefetch(device=H200) == 1 and local_group() == FILES
+
+
+def test_a_worker_stores_the_group_its_trial_compiled(sqlite_store: Store, tmp_path: Path) -> None:
+    from kernelsearch.search_space.compiled import store_compiled
+
+    view, _ = sqlite_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    assert artifacts.install([wire()]) == 1  # the trial child's compile, in this host's cache
+    ref = compiled.compiled_ref(handle_of(tmp_path, FILES))
+    assert ref == {"cache_key": KEY, "group": "k.json", "env": ENV}
+    assert store_compiled(sqlite_store, view.id, ref)
+    [got] = sqlite_store.artifacts_of_record(view.id, FP)
+    assert got.origin == "worker" and got.files == FILES
+    assert not store_compiled(sqlite_store, view.id, {**ref, "group": "missing.json"})
+    assert compiled.compiled_ref(handle_of(tmp_path, {**FILES, "x.so": b"\x7fELF"})) is None
+
+
+def test_get_kernels_provider_installs_an_exact_records_group(local_store: Store) -> None:
+    from kernelsearch.kernels.provider import lookup, set_resolver
+    from kernelsearch.provider import install_default_provider
+
+    from kernelsearch import kernels
+
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                              files=FILES, origin="worker")
+    install_default_provider()
+    try:
+        assert lookup(kernels.get_kernel(KA), {"total_patches": 64}, H200) == view.config
+        assert local_group() == FILES
+    finally:
+        set_resolver(None)
+
+
+def test_a_service_that_fails_is_left_alone_and_nothing_fails(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """An unreachable service: the compile group is a miss (Triton compiles), no error, and the
+    next miss does not ask again within KS_AUTOTUNE_RETRY_S."""
+    from kernelsearch.backends import BACKENDS
+    from kernelsearch.rest_client import Client
+
+    asked: list[str] = []
+
+    def down(self: Any, method: str, path: str, **kw: Any) -> Any:
+        asked.append(path)
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(Client, "_request", down)
+    monkeypatch.setenv("KS_SERVICE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
+    BACKENDS.reset()
+    try:
+        assert artifacts.group_for_cache_key(KEY) is False
+        assert artifacts.group_for_cache_key(hashlib.sha256(b"another").hexdigest()) is False
+        assert asked == ["/v1/artifacts/by-cache-key"]
+    finally:
+        BACKENDS.reset()
+
+
+def test_a_launcher_spec_is_argument_types_and_builds_triton_s_own_launcher(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The spec a set carries is data (argument types Triton knows); the launcher a host builds
+    from it at install is the C source CudaLauncher generates for the same kernel, so Triton's
+    first launch finds it in the cache; anything else in a spec is refused, never compiled."""
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia import driver as nv
+
+    sig = {"x": "*fp32", "n": "i32", "pair": ("*kfp16", "i64"), "BLOCK": "constexpr"}
+    src = SimpleNamespace(signature=sig, constants={(3,): 64}, fn=SimpleNamespace(arg_names=list(sig)))
+    handle = handle_of(tmp_path, FILES)
+    handle.src = src
+    spec = compiled.launcher_spec(handle)
+    assert spec is not None and compiled.refusal("k.launcher", spec) is None
+    for bad in (b'["i32; system(1)"]', b'{"x": "i32"}', b'["tensordesc<fp16[64]>"]', b"[[[[[\"i32\"]]]]]"):
+        assert compiled.launcher_signature(bad) is None and compiled.refusal("k.launcher", bad)
+    built: list[str] = []
+    monkeypatch.setattr(nv, "compile_module_from_src",
+                        lambda src, **kw: built.append(src) or SimpleNamespace(launch=None))
+    monkeypatch.setattr(nv, "library_dirs", lambda: [])
+    meta = SimpleNamespace(num_ctas=1, global_scratch_size=0, global_scratch_align=1,
+                           profile_scratch_size=0, profile_scratch_align=1,
+                           launch_cooperative_grid=False, launch_pdl=False)
+    nv.CudaLauncher(src, meta)  # what Triton's first launch builds
+    monkeypatch.setattr(compiled, "_cuda_driver", lambda: nv)
+    group = compiled.group_of(handle)
+    assert group is not None and group[2]["k.launcher"] == spec
+    assert compiled.build_launchers([group[2], FILES]) == 1  # the spec-less group: Triton's launch
+    assert len(built) == 2 and built[0] == built[1]
+    assert artifacts.install([wire(group[2])]) == 1 and artifacts.STATS.launchers == 1
+
+
+def test_ks_prefetch_runs_in_the_background_and_a_first_launch_waits_for_it(
+        local_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                              files=FILES, origin="worker")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: H200)
+    artifacts.prefetch_soon()
+    assert artifacts._prefetch_future is None  # not asked for: nothing in the background
+    monkeypatch.setenv(artifacts.PREFETCH_ENV, "1")
+    artifacts.prefetch_soon()
+    artifacts.before_first_launch(KA, view)
+    assert local_group() == FILES and artifacts.STATS.installed == 1
+    assert artifacts.STATS.fetched_sets == 1  # the record's own set was not asked for again

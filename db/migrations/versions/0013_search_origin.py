@@ -2,7 +2,7 @@
 winner's gain over the list's best (issue 35). Records stored before are the list's.
 
 Revision ID: 0013_search_origin
-Revises: 0011_job_lost_claims
+Revises: 0012_artifacts
 Create Date: 2026-12-03 13:30:00
 """
 from __future__ import annotations

@@ -17,9 +17,7 @@ from ks_stack import ROOT, Stack, free_port, load_compose, wait_healthy, wait_jo
 
 pytestmark = pytest.mark.slow
 
-# Workload A's smallest cases: about a second a trial under the interpreter (B's took several
-# times longer); what this test proves is the stack's processes, not the kernel.
-KERNEL = "vision_rope_generation_bwd"
+KERNEL = "vision_rope3d_spatial_merge_bwd"
 
 
 @pytest.fixture
@@ -62,7 +60,7 @@ def test_compose_stack_tunes_a_job_and_serves_it(stack):
 
     token = stack.env["KS_API_TOKEN"]
     auth = {"Authorization": f"Bearer {token}"}
-    bodies = [{"kernel": KERNEL, "cases": [{"total_patches": n}], "n_trials": 2, "sampler": "random"}
+    bodies = [{"kernel": KERNEL, "cases": [{"seq_len": n}], "n_trials": 2, "sampler": "random"}
               for n in (2, 3)]
     with httpx.Client(base_url=base, timeout=30) as client:
         assert client.post("/v1/jobs", json=bodies[0]).status_code == 401
@@ -78,14 +76,14 @@ def test_compose_stack_tunes_a_job_and_serves_it(stack):
         device = jobs[0]["device"]
         assert device
 
-        for axes in ({"total_patches": 2}, {"total_patches": 3}):
+        for axes in ({"seq_len": 2}, {"seq_len": 3}):
             best = client.get("/v1/best", params={"kernel": KERNEL, "device": device, **axes})
             assert best.status_code == 200, best.text
             body = best.json()
             assert body["match"] == "exact" and body["case"] == axes
             assert body["config"] and body["latency_us"] > 0
         records = client.get("/v1/records", params={"kernel": KERNEL, "device": device}).json()
-        assert sorted(r["case"]["total_patches"] for r in records) == [2, 3]
+        assert sorted(r["case"]["seq_len"] for r in records) == [2, 3]
 
     # The compose healthchecks pass against the running processes: the compose file's own
     # `test` argv (`python -m kernelsearch.service.deploy.healthcheck ...`), run from the repository root as

@@ -7,8 +7,10 @@ dropped afterwards, so helpers sharing the server never see each other's rows.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, make_url
@@ -105,23 +107,52 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
 
 
-def _migrated_store(url: str) -> Iterator[object]:
-    """The body of the store fixtures: upgrade the database, yield a Store on it, close it."""
+@pytest.fixture(scope="session")
+def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file migrated to head per session (per xdist worker): the store fixtures copy
+    it instead of running every migration again per test (test_migrations proves upgrade)."""
+    from kernelsearch.db.engine import upgrade
+
+    path = tmp_path_factory.mktemp("template") / "ks_head.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+def _copy_template(url: str, template: Path) -> str:
+    """`url` (a not yet existing SQLite file) as a copy of the migrated template."""
+    target = Path(make_url(url).database or "")
+    assert url.startswith("sqlite:///") and not target.exists(), url
+    shutil.copyfile(template, target)
+    return url
+
+
+@pytest.fixture
+def migrated_sqlite_url(sqlite_url: str, migrated_sqlite_template: Path) -> str:
+    """sqlite_url, already migrated to head (a copy of the session's template)."""
+    return _copy_template(sqlite_url, migrated_sqlite_template)
+
+
+def _migrated_store(url: str, template: Path) -> Iterator[object]:
+    """The body of the store fixtures: a database at head (SQLite: a copy of the template;
+    PostgreSQL: upgraded), a Store on it, closed afterwards."""
     from kernelsearch.db.engine import upgrade
     from kernelsearch.db.store import Store
 
-    upgrade(url)
+    if url.startswith("sqlite:///"):
+        _copy_template(url, template)
+    else:
+        upgrade(url)
     with Store(url) as s:
         yield s
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[object]:
+def store(db_url: str, migrated_sqlite_template: Path) -> Iterator[object]:
     """A `db.store.Store` on an upgraded database of each kind."""
-    yield from _migrated_store(db_url)
+    yield from _migrated_store(db_url, migrated_sqlite_template)
 
 
 @pytest.fixture
-def sqlite_store(sqlite_url: str) -> Iterator[object]:
+def sqlite_store(sqlite_url: str, migrated_sqlite_template: Path) -> Iterator[object]:
     """A migrated SQLite store, for tests that need no PostgreSQL twin."""
-    yield from _migrated_store(sqlite_url)
+    yield from _migrated_store(sqlite_url, migrated_sqlite_template)

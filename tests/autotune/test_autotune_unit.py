@@ -162,6 +162,9 @@ def test_options_reject_bad_values_with_a_warning(monkeypatch, caplog) -> None:
     assert "KS_AUTOTUNE_FALLBACK" in caplog.text and "KS_AUTOTUNE_TIMEOUT_S" in caplog.text
 
 
+# SQLite only: this is about two ranks' processes agreeing; the store lookup rank 0 makes is the
+# same on both backends (the store contract suite and test_autotune_service run both).
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("sync", ["broadcast", "none"])
 def test_ranks_agree_when_rank0_broadcasts(at_store, tmp_path, sync) -> None:
     """Rank 0 finds a record in its store, rank 1 finds nothing: with KS_AUTOTUNE_SYNC=broadcast

@@ -1,4 +1,4 @@
-"""Functions run in spawned processes by test_concurrency (module-level so spawn can import them)."""
+"""Functions run in forked processes by test_concurrency (module-level, as a Pool needs)."""
 from __future__ import annotations
 
 from trusted_records import trust_check, trusted

@@ -10,6 +10,13 @@ from kernelsearch.kernels.vision_rope3d_spatial_merge_bwd import KERNEL as B
 from kernelsearch.kernels.vision_rope_generation_bwd import KERNEL as A
 from kernelsearch.kernels.check import check_config, rel_error
 
+# The domain's draws without the scaled copies of the gradients (1e-30 .. 1e30): the benchmark,
+# realistic and long-position inputs. Where a test is about counters, grids or tile loops, the
+# magnitudes add nothing; test_domain sweeps 13 magnitudes through the fixed and hybrid sums,
+# the only reductions whose result depends on them (a float32 ticket or single sum scales).
+UNSCALED = [d for d in A.domain.draws() if not d.scaled]
+
+
 def gpu(fn):
     """Marked `gpu` and skipped without one; the same checks run under the interpreter."""
     fn = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -29,10 +36,13 @@ def test_a_ticket_counter_resets_between_calls():
     """The last program resets the counter: later calls with other grids still reduce right."""
     for P, bp, tiles in ((300, 8, 1), (37, 16, 2), (1000, 32, 4), (5, 8, 1)):
         cfg = A.validate_config({"BLOCK_P": bp, "TILES": tiles, "REDUCE": "ticket"})
-        res = check_config(A, {"total_patches": P}, cfg, seed=P)
+        res = check_config(A, {"total_patches": P}, cfg, seed=P, draws=UNSCALED)
         assert res.ok, (P, res.detail)
 
 
+# Each config is checked on the whole domain, but for the float32 reductions (ticket, ticket2,
+# single) and the two layouts test_domain sweeps across 13 magnitudes as they are (fixed-8-2,
+# hybrid-8-2): those run the unscaled draws here.
 @pytest.mark.parametrize("cfg", [
     {"REDUCE": "ticket2", "BLOCK_P": 8, "TILES": 1, "num_warps": 1},   # 38 programs: two groups
     {"REDUCE": "ticket2", "BLOCK_P": 8, "TILES": 2, "COLS": "split64", "PIPELINE": "prefetch"},
@@ -48,8 +58,11 @@ def test_a_ticket_counter_resets_between_calls():
 def test_a_reductions_and_pipelines_are_correct_and_deterministic(cfg):
     """Every cross-program sum and tile loop matches float64, twice in a row to the bit (the
     second call runs on counters the first one reset, the group counters included)."""
+    in_domain_sweep = cfg in ({"REDUCE": "fixed", "BLOCK_P": 8, "TILES": 1, "num_warps": 2},
+                              {"REDUCE": "hybrid", "BLOCK_P": 8, "TILES": 1, "num_warps": 2})
+    draws = UNSCALED if cfg["REDUCE"] in ("ticket", "ticket2", "single") or in_domain_sweep else None
     cfg = A.validate_config(cfg)
-    res = check_config(A, {"total_patches": 300}, cfg, seed=4)
+    res = check_config(A, {"total_patches": 300}, cfg, seed=4, draws=draws)
     assert res.ok, res.detail
     inputs = A.make_inputs({"total_patches": 300}, seed=5)
     assert torch.equal(A(*inputs, config=cfg), A(*inputs, config=cfg))

@@ -5,6 +5,7 @@ new holder's trial in flight (issue 24.0). And a trial someone else failed while
 that trial, never the case."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.store import Store
 from kernelsearch.kernels.device import INTERPRETER_DEVICE
 from kernelsearch.search_space.runner import TrialOutcome
+from kernelsearch.search_space.space import SearchSpace, get_space
 from kernelsearch.search_space.tuner import A_RUN, TuneHooks, TuneOptions, study_name, tune_case
 
 KERNEL = "vision_rope_generation_bwd"
@@ -63,10 +65,18 @@ def _options(lease: Lease, n_trials: int = 3) -> TuneOptions:
                        job_id=lease.job_id, run_tag=f"job:{lease.job_id}")
 
 
+@functools.cache
+def _space() -> SearchSpace:
+    """The space file's reduced subset: the tuner enumerates its space's whole grid (A's full
+    one took most of this file's time); what is fenced does not depend on the space."""
+    return get_space(KERNEL).reduced()
+
+
 def _tune(store: Store, lease: Lease, runner: ScriptedRunner, n_trials: int = 3,
           hooks: TuneHooks = TuneHooks()) -> Any:
     return tune_case(KERNEL, AXES, store=store.under_lease(lease), storage=store.url,
-                     runner=runner, options=_options(lease, n_trials), hooks=hooks)  # type: ignore[arg-type]
+                     runner=runner, options=_options(lease, n_trials), hooks=hooks,  # type: ignore[arg-type]
+                     space=_space())
 
 
 def _claimed(store: Store, owner: str, lease_seconds: float = 60) -> Lease:

@@ -59,7 +59,9 @@ def test_dropped_connections_cost_retries_not_jobs(pg_store, pg_url, procs):
     real = make_url(pg_url)
     proxy = TcpProxy(real.host or "127.0.0.1", real.port or 5432).start()
     via = real.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-    n_trials, cases = 4, [case(1), case(2), case(3)]
+    # Two jobs of 3 trials (was three of 4): still ~10 s of two workers' traffic through resets
+    # every 2.5 s; the assertions below need only that a reset hit live connections.
+    n_trials, cases = 3, [case(1), case(2)]
     stop = threading.Event()
     dropped = [0, 0]  # resets, connections dropped
 

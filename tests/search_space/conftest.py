@@ -18,12 +18,11 @@ from kernelsearch.search_space.runner import TrialRunner  # noqa: E402
 
 
 @pytest.fixture
-def ss_store(sqlite_url: str) -> Iterator[tuple[object, str]]:
+def ss_store(migrated_sqlite_url: str) -> Iterator[tuple[object, str]]:
     """(Store, url) on a migrated SQLite file; Optuna's tables go into the same file."""
-    from kernelsearch.db.engine import upgrade
     from kernelsearch.db.store import Store
 
-    upgrade(sqlite_url)
+    sqlite_url = migrated_sqlite_url
     s = Store(sqlite_url)
     try:
         yield s, sqlite_url

@@ -210,7 +210,7 @@ def test_a_search_job_runs_candidates_as_the_kernels_pruner_makes_them_and_is_se
     value = {json.loads(t.user_attrs["ks_config"])["BLOCK"]: (t.state, t.value, t.user_attrs)
              for t in study.trials}
     assert value[1024][1] == value[512][1]  # the pruner runs both as BLOCK 128: one timing
-    assert "pruner drops" in value[64][2]["ks_failed"]  # 8 warps: a failed trial
+    assert "pruner drops" in value[64][2][A_FAILED]  # 8 warps: a failed trial
     assert value[256][0] == optuna.trial.TrialState.COMPLETE  # ran as (128, 2 warps, EVEN)
     monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
     monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", "on")

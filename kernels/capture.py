@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from .configs import canonical_key, to_triton_config
 from .errors import KernelSearchError
 from .runtime import runtime_of
 from .spec import InputDomain, source_hash_of
@@ -485,6 +486,9 @@ class CapturedKernel(UndeclaredKernel):
 
     capture: Capture
     tuner: Any = field(default=None, repr=False)
+    # What the kernel's own pruner makes of each candidate on this call (by canonical_key): a
+    # candidate runs as that config, on its own captured grid (set by the search).
+    runs_as: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         # The hooks are this kernel's own methods, bound once while the declaration is made.
@@ -513,13 +517,19 @@ class CapturedKernel(UndeclaredKernel):
                 return self.capture.grids[i]
         raise CaptureError(f"config {dict(config)} is not one of {self.name}'s configs")
 
-    def _run(self, inputs: Sequence[torch.Tensor], config: Mapping[str, Any]) -> None:
+    def call_args(self, inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+        """The captured call's named arguments, with `inputs` for its tensors."""
         tensors = dict(zip(self.capture.tensor_names, inputs))
-        named = {a.name: tensors[a.name] if a.kind == "tensor" else (None if a.kind == "none"
-                                                                      else a.value)
-                 for a in self.capture.args}
+        return {a.name: tensors[a.name] if a.kind == "tensor" else (None if a.kind == "none"
+                                                                     else a.value)
+                for a in self.capture.args}
+
+    def _run(self, inputs: Sequence[torch.Tensor], config: Mapping[str, Any]) -> None:
+        named = self.call_args(inputs)
         grid = self._grid(config)
-        with self.tuner.using(dict(config)):
+        made = self.runs_as.get(canonical_key(config))
+        forced: Any = dict(config) if made is None else to_triton_config(made, self.tuner.configs)
+        with self.tuner.using(forced):
             self.tuner[grid](**named)
         runtime_of(self).last_compiled = getattr(self.tuner, "last_launch", None)
 

@@ -17,14 +17,15 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from kernelsearch.kernels.capture import Capture, captured_kernel
-from kernelsearch.kernels.configs import canonical, canonical_key
+from kernelsearch.kernels.capture import Capture, CapturedKernel, captured_kernel
+from kernelsearch.kernels.configs import canonical, canonical_key, to_triton_config
 from kernelsearch.kernels.device import default_device, device_info, device_name, versions
 from kernelsearch.kernels.undeclared import Definition
 
 from .key_search import Budget, ConfigFailed, choices_of, refuse, search_key
 from .remeasure import DEFAULT_REPEATS, remeasure
 from .strict_gate import GateMode, capture_draws, written_check
+from .through_pruner import through_pruner
 
 CANDIDATES = 3  # searched configs the gate and the re-measure are asked about, fastest first
 
@@ -45,6 +46,23 @@ def _timer(run: Callable[[], Any], device: torch.device) -> tuple[Callable[[], f
     return wall, "interpreter-wallclock"
 
 
+def _runs_as(kdef: CapturedKernel, space: Mapping[str, Mapping[str, Any]],
+             inputs: list[torch.Tensor]) -> dict[str, dict[str, Any] | None]:
+    """What the kernel's own pruner makes of each candidate alone on the captured call (None:
+    it drops it), set as the kernel's `runs_as`: a candidate runs as the user's call would."""
+    tuner = kdef.tuner
+    if getattr(tuner, "early_config_prune", None) is None and \
+            getattr(tuner, "perf_model", None) is None:
+        return {k: dict(c) for k, c in space.items()}
+    nargs = kdef.call_args(inputs)
+    made: dict[str, dict[str, Any] | None] = {}
+    for k, c in space.items():
+        got = through_pruner(tuner, to_triton_config(c, tuner.configs), nargs, {})
+        made[k] = canonical(got[0]) if got else None
+    kdef.runs_as.update({k: m for k, m in made.items() if m is not None})
+    return made
+
+
 def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *, storage: str,
                     study_name: str, budget: Mapping[str, Any], sampler: str,
                     listed_timings: Mapping[str, float | None] | None = None,
@@ -59,35 +77,59 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
     axes = cap.case_axes(defn) or {}
     inputs = list(kdef.captured_inputs(axes, device=device))
     space = {canonical_key(c): canonical(c) for c in (*defn.configs, *defn.search_space)}
+    made = _runs_as(kdef, space, inputs)
     listed = [canonical(c) for c in defn.configs]
     method = ""
+    timed: dict[str, float] = {}  # by the config the pruner made: candidates it merges are one
 
     def evaluate(cfg: dict[str, Any]) -> float:
         nonlocal method
-        if canonical_key(cfg) not in space:
+        key = canonical_key(cfg)
+        if key not in space:
             raise ConfigFailed("outside the captured space (no grid)")
+        if made[key] is None:
+            raise ConfigFailed("the kernel's pruner drops it on this call")
+        as_made = canonical_key(made[key])
+        if as_made in timed:
+            return timed[as_made]
         try:
             kdef.captured_launch(*inputs, config=cfg)  # compile and load first
             timer, method = _timer(lambda: kdef.captured_launch(*inputs, config=cfg), device)
-            return statistics.median(timer() for _ in range(3))
+            timed[as_made] = statistics.median(timer() for _ in range(3))
+            return timed[as_made]
         except Exception as exc:  # noqa: BLE001 - compile, resources, launch: a failed trial
             raise ConfigFailed(f"{type(exc).__name__}: {exc}"[:500]) from None
 
+    def ran_as(key: str) -> str:
+        """A candidate's key as the pruner ran it (itself when the pruner drops it)."""
+        m = made.get(key)
+        return canonical_key(m) if m is not None else key
+
+    if listed_timings:  # a record's timings are keyed by what ran
+        listed_timings = {canonical_key(c): listed_timings[ran_as(canonical_key(c))]
+                          for c in listed if ran_as(canonical_key(c)) in listed_timings}
     found = search_key(evaluate, listed, storage=storage, study_name=study_name,
                        listed_timings=listed_timings,
                        budget=Budget(int(budget.get("n_trials", 64)), budget.get("timeout_s")),
                        sampler=sampler, allowed=space, choices=choices_of(list(space.values())))
+    timings: dict[str, float | None] = {}
+    for k, t in found.timings.items():
+        was = timings.get(ran_as(k))
+        timings[ran_as(k)] = t if was is None else (was if t is None else min(was, t))
+    configs = {ran_as(k): dict(made[k] or found.configs[k])
+               for k in found.timings if k in found.configs}
     out: dict[str, Any] = {
-        "timings": found.timings, "listed": list(found.listed), "evaluated": found.evaluated,
-        "trials_to_best": found.trials_to_best, "stopped": found.stopped,
-        "configs": {k: found.configs[k] for k in found.timings if k in found.configs},
+        "timings": timings, "listed": list(dict.fromkeys(ran_as(k) for k in found.listed)),
+        "evaluated": found.evaluated,
+        "trials_to_best": found.trials_to_best, "stopped": found.stopped, "configs": configs,
+        "pruned": [c for k, c in configs.items() if k not in space],
         "winner_origin": "list", "winner": None, "verdict": None, "refused": {},
         "gate_rel_error": 0.0, "device": device_name(device), "device_info": device_info(device),
         "versions": versions(), "timing_method": method or "interpreter-wallclock"}
     lb = found.listed_best
     if lb is None:
         return out
-    out["winner"] = lb[0]
+    out["winner"] = ran_as(lb[0])
     first = kdef.first_config
     draws = capture_draws(cap, device, mode=GateMode.STRICT,
                           edges=[Capture.from_json(e) for e in edges or ()])
@@ -96,6 +138,8 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
         kdef.captured_launch(*values, config=cfg)
 
     for key in found.searched_candidates(CANDIDATES):
+        if ran_as(key) in out["listed"]:
+            continue  # the pruner runs it as a listed config: the list's own
         cfg = found.configs[key]
         gate = written_check(run, first, cfg, draws, mode=GateMode.STRICT)
         if not gate.passed:
@@ -111,7 +155,7 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
                           "high": v.high, "list_median_us": v.list_median_us,
                           "searched_median_us": v.searched_median_us, "config": key}
         if v.serve_searched:
-            out.update(winner_origin="search", winner=key, gain=v.speedup,
+            out.update(winner_origin="search", winner=ran_as(key), gain=v.speedup,
                        gate_rel_error=gate.worst_rel_error)
         break  # one re-measure: the fastest candidate that is right
     return out

@@ -63,9 +63,20 @@ def search_record(kdef: KernelDef, axes: Mapping[str, Any], out: Mapping[str, An
                   study_name: str, job_id: int | None) -> Accepted[RecordIn]:
     """The record of a search's outcome as the gate accepted it (RecordRejected otherwise): the
     searched winner with the list's configs' timings and its gain, or the list's best with the
-    list's timings only."""
+    list's timings only. Configs keyed as the kernel's pruner ran them on the call: the
+    definition knows those the pruner made (`Definition.pruned`), as a user's own tuning does."""
+    from kernelsearch.kernels import registry
+    from kernelsearch.kernels.capture import CapturedKernel, captured_kernel
+    from kernelsearch.kernels.undeclared import UndeclaredKernel, kernel_def
     from kernelsearch.search_space.acceptance import accepted
     from kernelsearch.search_space.records import measured_record
+
+    grown = kdef.definition.with_pruned(out.get("pruned") or ()) \
+        if isinstance(kdef, UndeclaredKernel) else None
+    if grown is not None and grown is not kdef.definition:  # type: ignore[attr-defined]
+        kdef = (captured_kernel(grown, kdef.capture, tuner=kdef.tuner)
+                if isinstance(kdef, CapturedKernel) else kernel_def(grown))
+        registry.register(kdef, replace=True)  # the gate knows a kernel by its registered name
 
     timings: dict[str, float | None] = dict(out["timings"])
     listed = list(out["listed"])

@@ -101,6 +101,20 @@ def knowing_ran(tuner: TritonAutotuner, und: UndeclaredKernel,
     return grown
 
 
+def searched_as_run(tuner: Any, kwargs: dict) -> list[Config]:
+    """The decorator's `search_space` as its own pruner makes it on this call, where
+    KS_AUTOTUNE_SERVE_SEARCHED allows a searched winner: a worker's search keys its winner as
+    the pruner ran it (a pruner may rewrite configs, gemlite's adds constexprs)."""
+    if not tuner.search_space or not serve_searched(declared=False):
+        return []
+    if tuner.early_config_prune is None and tuner.perf_model is None:
+        return list(tuner.search_space)
+    from kernelsearch.search_space.through_pruner import through_pruner
+
+    return [m for c in tuner.search_space
+            for m in through_pruner(tuner, c, getattr(tuner, "nargs", None) or {}, kwargs)]
+
+
 def check_served(tuner: Any, key: tuple, case: Key, res: Resolution, args: tuple,
                   kwargs: dict) -> Resolution | None:
     """An undeclared kernel's served record, held to this decorator: tuned on this code, and
@@ -120,7 +134,8 @@ def check_served(tuner: Any, key: tuple, case: Key, res: Resolution, args: tuple
               for k, v in (found.timings or {}).items() if k in by_key}
     # A winner from `search_space` (a worker searched beyond the list) is served too, once
     # the record measured the whole list, where KS_AUTOTUNE_SERVE_SEARCHED allows it.
-    beyond = tuner.search_space if serve_searched(declared=False) else ()
+    beyond = [*tuner.search_space, *searched_as_run(tuner, kwargs)] \
+        if serve_searched(declared=False) else ()
     if covers(found.timings, found.config, pruned, beyond):
         return res
     if not stored:

@@ -44,8 +44,8 @@ from . import artifacts, guard
 from .backends import BACKENDS, in_daemon_thread
 from .declared import DecoratedKernel, declare
 from .compile_decision import TUNERS, prune_for_compile, served_for_compile
-from .identity import (SourceIdentityError, check_served, load_declarations, undeclared_key,
-                       undeclared_kernel)
+from .identity import (SourceIdentityError, check_served, load_declarations, searched_as_run,
+                       undeclared_key, undeclared_kernel)
 from .launch import FORCED, Using, run_forced
 from .options import POLICY_WHY, Fallback, Options, Source, Sync
 from .ranks import distributed, from_rank0, synced_ranks
@@ -339,7 +339,11 @@ class Autotuner(TritonAutotuner):
         # queues its tuning.
         fut = BACKENDS.bounded(task, opts.timeout_s, keep=submit)
         if fut.done():
-            return self._resolution_of(fut.result(), opts, ran)
+            found = fut.result()
+            if found is not None and self.kernel_def is None and \
+                    canonical_key(found.config) not in {canonical_key(c) for c in ran}:
+                ran = [*ran, *searched_as_run(self, kwargs)]  # a searched winner, as pruned here
+            return self._resolution_of(found, opts, ran)
         self._tell("slow", logging.INFO, "%s: the lookup for key %s did not answer within "
                    "KS_AUTOTUNE_TIMEOUT_S=%g s", self._name(), key, opts.timeout_s)
         # Too slow for this call: whatever it finds later is adopted by a later call (unless

@@ -19,7 +19,7 @@ from kernelsearch.kernels.capture import capture_call, jit_function_of
 from kernelsearch.kernels.configs import canonical, canonical_key
 from kernelsearch.kernels.spec import source_hash_of
 from kernelsearch.search_space.acceptance import RecordRejected
-from kernelsearch.search_space.key_search import A_LISTED
+from kernelsearch.search_space.key_search import A_FAILED, A_LISTED
 from kernelsearch.service import job_child, search_jobs
 from kernelsearch.service.cli import app
 from kernelsearch.service.definitions import register_definition
@@ -163,3 +163,77 @@ def test_a_searched_winner_is_served_by_default_for_declared_kernels_only(monkey
     assert [canonical(c) for c in derived] == [canonical(c) for c in search_space_configs(listed, "derived", cap=5)]
     with pytest.raises(ValueError, match="search_space"):
         search_space_configs(listed, "wide")
+
+
+def test_a_search_job_runs_candidates_as_the_kernels_pruner_makes_them_and_is_served(
+        sqlite_store, monkeypatch) -> None:
+    """gemlite's case: the pruner makes configs with a constexpr (EVEN) no candidate sets. Each
+    candidate runs as the pruner makes it on the captured call (one it drops fails, two it
+    merges are one config), and the record, keyed by what ran, is served to the decorator."""
+    import ks_pruned_user as u
+
+    from kernelsearch.backends import BACKENDS
+
+    tuner, name = u.fitted_square_kernel, "ks_pruned_user.fitted_square_kernel"
+    beyond = [canonical(c) for c in u.BEYOND]
+    defn = {"name": name, "module": "ks_pruned_user", "qualname": "fitted_square_kernel",
+            "arg_names": list(tuner.arg_names), "key": ["n"], "dtype_args": ["x_ptr", "y_ptr"],
+            "configs": [canonical(c) for c in tuner.configs], "search_space": beyond,
+            "source_hash": source_hash_of([jit_function_of(tuner)])}
+    x, y = torch.randn(96), torch.empty(96)
+    capture = capture_call({"x_ptr": x, "y_ptr": y, "n": 96}, ["BLOCK"],
+                           [*defn["configs"], *beyond],
+                           lambda meta: (triton.cdiv(96, meta["BLOCK"]),)).as_json()
+    case = {"n": 96, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+    settings = settings_for(sqlite_store.url, job_modules=["ks_pruned_user"], search_trials=3,
+                            search_seconds=60)
+    sqlite_store.save_definition(name, defn)
+    register_definition(defn, sqlite_store)
+    first, _ = sqlite_store.queue_job(name, [case], 5, "grid", None, None, capture)
+    sqlite_store.cancel_job(first.id)
+    (queued, _), = search_jobs.queue_searches(sqlite_store, settings)
+    monkeypatch.setattr(job_child, "run_in_child", _in_process)
+    worker = Worker(settings, sqlite_store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    done = sqlite_store.get_job(queued.id)
+    assert done.status == "succeeded", done.error
+    (rec,) = sqlite_store.list_records(kernel=name)
+    made = {(json.loads(k)["BLOCK"], json.loads(k)["num_warps"], json.loads(k)["EVEN"]): t
+            for k, t in rec.config_timings.items() if "EVEN" in json.loads(k)}
+    assert {(16, 1, True), (128, 1, False)} <= set(made) and "EVEN" in rec.config
+    assert all(t is not None for t in made.values())
+    study = optuna.load_study(study_name=search_jobs.study_of(name, case, rec.device),
+                              storage=sqlite_store.url)
+    value = {json.loads(t.user_attrs["ks_config"])["BLOCK"]: (t.state, t.value, t.user_attrs)
+             for t in study.trials}
+    assert value[1024][1] == value[512][1]  # the pruner runs both as BLOCK 128: one timing
+    assert "pruner drops" in value[64][2][A_FAILED]  # 8 warps: a failed trial
+    assert value[256][0] == optuna.trial.TrialState.COMPLETE  # ran as (128, 2 warps, EVEN)
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", "on")
+    for searched in (False, True):
+        if searched:  # a searched winner, as the pruner ran it, is served too
+            from dataclasses import asdict
+
+            from trusted_records import trusted
+
+            from kernelsearch.db.views import RecordIn
+
+            win = {"BLOCK": 128, "EVEN": False, "num_warps": 2, "num_stages": 3, "num_ctas": 1}
+            t = rec.latency_median_us / 2
+            fields = {k: v for k, v in asdict(rec).items() if k in RecordIn.__dataclass_fields__}
+            sqlite_store.upsert_best(trusted(RecordIn(**{
+                **fields, "config": win, "latency_median_us": t, "latency_min_us": t,
+                "latency_max_us": t, "config_timings": {**rec.config_timings, canonical_key(win): t},
+                "winner_origin": "search", "gain_vs_list": 2.0})))
+            (rec,) = sqlite_store.list_records(kernel=name)
+        tuner.forget()
+        BACKENDS.reset()
+        x = torch.randn(96)
+        assert torch.equal(u.square(x), x * x)
+        BACKENDS.drain(20)
+        assert [s.value for s in tuner.sources.values()] == ["store"]  # nothing benchmarked here
+        assert canonical_key(tuner.best_config) == canonical_key(rec.config)

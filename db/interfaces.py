@@ -173,6 +173,8 @@ class KernelDefinitions(Protocol):
 
     def kernel_captures(self, kernel: str, limit: int = 1000) -> list[tuple[dict[str, Any], dict[str, Any]]]: ...
 
+    def key_captures(self, kernel: str, axes: dict[str, Any], limit: int = 1000) -> list[dict[str, Any]]: ...
+
 
 @runtime_checkable
 class HelionEntries(Protocol):

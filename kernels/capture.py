@@ -231,11 +231,47 @@ class Capture:
                                    f"call's tensors justify ({SIZE_FACTOR} x the largest one's "
                                    f"{largest} elements, at least {justified})")
 
+    @property
+    def size(self) -> tuple[int, int]:
+        """How large the call is, to order calls sharing a key: its tensors' bytes, then the
+        product of its integer arguments."""
+        ints = [a.value for a in self.args if a.kind == "scalar" and isinstance(a.value, int)
+                and not isinstance(a.value, bool)]
+        return (sum(a.nbytes for a in self.args if a.kind == "tensor"),
+                math.prod(abs(v) for v in ints))
+
     def case_axes(self, defn: Definition) -> dict[str, Any] | None:
         """The record axes of the captured call (what `Definition.case_axes` gives the call)."""
         named = {a.name: (torch.empty(0, dtype=getattr(torch, a.dtype)) if a.kind == "tensor"
                           else None if a.kind == "none" else a.value) for a in self.args}
         return defn.case_axes(named)
+
+
+def key_edges(first: Mapping[str, Any], stored: Sequence[Mapping[str, Any]], defn: Definition,
+              bounds: CaptureBounds) -> list[dict[str, Any]]:
+    """The edges of a key: of the calls `stored` that share the key of `first` (a capture), the
+    smallest and the largest (`Capture.size`) other than `first`, each that fits the definition
+    and `bounds`; none when the store has no other call. What the strict gate runs a searched
+    config on besides the captured call (search_space.strict_gate)."""
+    try:
+        here = Capture.from_json(first)
+    except CaptureError:
+        return []
+    others: dict[str, Capture] = {}
+    for doc in stored:
+        try:
+            c = Capture.from_json(doc)
+            c.check_against(defn)
+            c.check_bounds(bounds, defn.key)
+        except CaptureError:
+            continue  # a call that does not fit here is no edge of it
+        if c.digest != here.digest and c.case_axes(defn) == here.case_axes(defn):
+            others.setdefault(c.digest, c)
+    if not others:
+        return []
+    ordered = sorted(others.values(), key=lambda c: (c.size, c.digest))
+    ends = [ordered[0], ordered[-1]] if len(ordered) > 1 else ordered
+    return [c.as_json() for c in ends]
 
 
 def _arg_from_json(a: Any, where: str) -> ArgCapture:
@@ -622,4 +658,4 @@ __all__ = ["IN_TRIAL_CHILD", "ArgCapture", "Capture", "CaptureBounds", "CaptureE
            "KernelCodeFailed", "KernelModuleUnavailable",
            "MAX_CAPTURE_BYTES", "MAX_CONTENTS", "args_from_json", "capture_args", "capture_call",
            "captured_kernel",
-           "import_tuner", "jit_function_of", "kernel_from_spec", "rebuild"]
+           "import_tuner", "key_edges", "jit_function_of", "kernel_from_spec", "rebuild"]

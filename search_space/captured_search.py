@@ -63,6 +63,19 @@ def _runs_as(kdef: CapturedKernel, space: Mapping[str, Mapping[str, Any]],
     return made
 
 
+def _edge_run(defn: Definition, edge: Capture, kdef: CapturedKernel,
+              space: Mapping[str, Mapping[str, Any]],
+              device: torch.device) -> Callable[[Mapping[str, Any], list[Any]], None]:
+    """How a config runs on an edge call of the key: the edge's own kernel (its scalars and
+    grids), each config as the kernel's pruner makes it on that call."""
+    ekdef = captured_kernel(defn, edge, tuner=kdef.tuner)
+    _runs_as(ekdef, space, list(ekdef.captured_inputs({}, device=device)))
+
+    def run(cfg: Mapping[str, Any], values: list[Any]) -> None:
+        ekdef.captured_launch(*values, config=cfg)
+    return run
+
+
 def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *, storage: str,
                     study_name: str, budget: Mapping[str, Any], sampler: str,
                     listed_timings: Mapping[str, float | None] | None = None,
@@ -131,8 +144,9 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
         return out
     out["winner"] = ran_as(lb[0])
     first = kdef.first_config
-    draws = capture_draws(cap, device, mode=GateMode.STRICT,
-                          edges=[Capture.from_json(e) for e in edges or ()])
+    edge_caps = [Capture.from_json(e) for e in edges or ()]
+    draws = capture_draws(cap, device, mode=GateMode.STRICT, edges=edge_caps,
+                          edge_runs=[_edge_run(defn, e, kdef, space, device) for e in edge_caps])
 
     def run(cfg: Mapping[str, Any], values: list[Any]) -> None:
         kdef.captured_launch(*values, config=cfg)

@@ -37,6 +37,9 @@ class Draw:
 
     what: str
     make: Callable[[], list[Any]]
+    # How a config runs on this draw, when not as the gate's `run` does (an edge call of the
+    # key: its own sizes and grids).
+    run: Callable[[Mapping[str, Any], list[Any]], None] | None = None
 
 
 @dataclass
@@ -48,10 +51,13 @@ class GateResult:
 
 
 def capture_draws(capture: Capture, device: torch.device | str, *, mode: GateMode = GateMode.STRICT,
-                  n: int = STRICT_DRAWS, edges: Sequence[Capture] = (), seed: int = 0) -> list[Draw]:
+                  n: int = STRICT_DRAWS, edges: Sequence[Capture] = (), seed: int = 0,
+                  edge_runs: Sequence[Callable[[Mapping[str, Any], list[Any]], None]] = ()
+                  ) -> list[Draw]:
     """The draws a config is compared on: the capture's first draw (LISTED), or `n` draws of the
-    captured shape and one of each edge capture (STRICT). Each draw is the call's tensors, in
-    the capture's order (`Capture.tensor_names`, as `CapturedKernel.captured_inputs`)."""
+    captured shape and one of each edge capture (STRICT), run by its `edge_runs` entry when
+    given (an edge's own scalars and grids). Each draw is the call's tensors, in the capture's
+    order (`Capture.tensor_names`, as `CapturedKernel.captured_inputs`)."""
 
     def of(c: Capture, s: int) -> Callable[[], list[Any]]:
         def make() -> list[Any]:
@@ -62,7 +68,8 @@ def capture_draws(capture: Capture, device: torch.device | str, *, mode: GateMod
     if mode is GateMode.LISTED:
         return [Draw("the captured call", of(capture, seed))]
     out = [Draw(f"draw {i} of the captured shape", of(capture, seed + i)) for i in range(n)]
-    out += [Draw(f"edge call {i} of the key", of(e, seed)) for i, e in enumerate(edges)]
+    runs = list(edge_runs) + [None] * (len(edges) - len(edge_runs))
+    out += [Draw(f"edge call {i} of the key", of(e, seed), runs[i]) for i, e in enumerate(edges)]
     return out
 
 
@@ -84,9 +91,10 @@ def written_check(run: Callable[[Mapping[str, Any], list[Any]], None], first: Ma
     for d in used:
         before = d.make()
         ref, got = _clone(before), _clone(before)
-        run(first, ref)
+        launch = d.run or run
+        launch(first, ref)
         try:
-            run(candidate, got)
+            launch(candidate, got)
         except Exception as exc:  # noqa: BLE001 - any failure on any draw refuses the config
             result.passed = False
             result.reasons.append(f"{d.what}: failed to run ({type(exc).__name__}: {exc})"[:300])

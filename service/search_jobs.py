@@ -102,6 +102,24 @@ def search_record(kdef: KernelDef, axes: Mapping[str, Any], out: Mapping[str, An
         gain_vs_list=float(out["gain"]) if searched else (1.0 if verdict is not None else None)))
 
 
+def _edges(store: Any, settings: Settings, kdef: Any, job: Any,
+           axes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The key's edges the strict gate checks a searched config on besides the job's call:
+    the smallest and largest other stored call sharing the key, within this worker's capture
+    bounds (KS_CAPTURE_MAX_BYTES, KS_CAPTURE_MAX_PROGRAMS)."""
+    from kernelsearch.kernels.capture import key_edges
+    from kernelsearch.kernels.device import default_device, device_info
+
+    from .job_policy import worker_bounds
+
+    if not isinstance(job.capture, dict):
+        return []
+    device = default_device()
+    bounds = worker_bounds(settings, device_info(device) if device.type == "cuda" else None)
+    return key_edges(job.capture, store.key_captures(job.kernel, dict(axes)),
+                     kdef.definition, bounds)
+
+
 def run_search_job(store: Any, settings: Settings, job: Any, held: Any, *, owner: str,
                    stop: Callable[[], bool], limit_s: float,
                    run: Callable[..., Any] | None = None) -> tuple[JobStatus | None, str | None]:
@@ -124,7 +142,8 @@ def run_search_job(store: Any, settings: Settings, job: Any, held: Any, *, owner
             "storage": settings.database_url, "study_name": study,
             "budget": {"n_trials": job.n_trials, "timeout_s": settings.search_seconds},
             "sampler": settings.search_sampler,
-            "listed_timings": dict(current[0].config_timings or {}) if current else None}
+            "listed_timings": dict(current[0].config_timings or {}) if current else None,
+            "edges": _edges(store, settings, kdef, job, axes)}
     store.update_job_progress(held, trials_done=0, device=device,
                               current_case={"index": 0, "axes": axes})
     try:

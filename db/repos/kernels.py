@@ -51,3 +51,21 @@ class KernelRepo(RepoBase):
             return list(out.values())
 
         return self._tx(q, write=False)
+
+    def key_captures(self, kernel: str, axes: dict[str, Any], limit: int = 1000) -> list[dict[str, Any]]:
+        """Every distinct call stored with this kernel's jobs for the case `axes`, newest first:
+        the calls that share the key, from which a search takes the key's edges (its smallest
+        and largest call); the kernel's newest `limit` jobs are read."""
+        want = axes_key(dict(axes))
+
+        def q(s: Session) -> list[dict[str, Any]]:
+            rows = s.execute(select(Job.cases, Job.capture).join(Kernel, Kernel.id == Job.kernel_id)
+                             .where(kernel_named(kernel)).order_by(Job.id.desc()).limit(limit)).all()
+            out: list[dict[str, Any]] = []
+            for cases, capture in rows:
+                if (isinstance(capture, dict) and isinstance(cases, list) and len(cases) == 1
+                        and axes_key(dict(cases[0])) == want and capture not in out):
+                    out.append(dict(capture))
+            return out
+
+        return self._tx(q, write=False)

@@ -12,10 +12,12 @@ whether a searched winner is served.
 """
 from __future__ import annotations
 
+import math
 import random
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from kernelsearch.kernels.configs import to_triton_config
+from kernelsearch.db.statuses import WinnerOrigin
+from kernelsearch.kernels.configs import canonical_key, to_triton_config
 from kernelsearch.search_space.derived import DerivedRule, SpaceMode, beyond_list, derived_configs
 
 DERIVED = "derived"
@@ -59,4 +61,20 @@ def serve_searched(*, declared: bool, setting: str | None = None) -> bool:
     return value == "on"
 
 
-__all__ = ["search_space_configs", "serve_searched", "DERIVED"]
+def searched_winner(record: Any) -> bool:
+    """Whether a record's winner was found beyond the list (`winner_origin` search), from a
+    store's record view or a service's record JSON."""
+    origin = record.get("winner_origin") if isinstance(record, Mapping) \
+        else getattr(record, "winner_origin", None)
+    return str(origin) == WinnerOrigin.SEARCH.value
+
+
+def list_best(timings: Mapping[str, float | None] | None, configs: Sequence[Any]) -> Any | None:
+    """The fastest of `configs` (the decorator's list) by a record's own timings, None when the
+    record timed none of them: what runs where a searched winner may not be served."""
+    timed = [(float(t), i) for i, c in enumerate(configs)
+             if (t := (timings or {}).get(canonical_key(c))) is not None and math.isfinite(float(t))]
+    return configs[min(timed)[1]] if timed else None
+
+
+__all__ = ["search_space_configs", "serve_searched", "searched_winner", "list_best", "DERIVED"]

@@ -50,7 +50,7 @@ from .launch import FORCED, Using, run_forced
 from .options import POLICY_WHY, Fallback, Options, Source, Sync
 from .ranks import distributed, from_rank0, synced_ranks
 from .resolution import Resolution, to_triton
-from .search_policy import search_space_configs
+from .search_policy import list_best, search_space_configs, searched_winner, serve_searched
 from .share import share_declared, share_tuned
 from .timing import wallclock_bench
 
@@ -360,6 +360,20 @@ class Autotuner(TritonAutotuner):
         pruned list: a pruner may make configs the list lacks); None when it is neither."""
         if found is None:
             return None
+        provisional = found.match is not Match.EXACT
+        source = Source.NEAREST if provisional else Source(found.source)
+        if self.kernel_def is not None and searched_winner(found.record) and \
+                not serve_searched(declared=True):
+            # KS_AUTOTUNE_SERVE_SEARCHED=off: the list's best by the record's own timings, else
+            # the key is tuned as without a record.
+            best = list_best(found.timings, self.configs)
+            if best is None:
+                log.info("%s: the record's winner was searched beyond the list and "
+                         "KS_AUTOTUNE_SERVE_SEARCHED=off; it timed none of the list",
+                         self.kernel_name)
+                return None
+            return Resolution(best, source, provisional,
+                              next_check=time.monotonic() + opts.recheck_s, found=found)
         config = to_triton(found.config, self._meta_names, self.configs)
         if config is None and self.kernel_def is None:
             config = next((c for c in ran if canonical_key(c) == canonical_key(found.config)), None)
@@ -367,8 +381,6 @@ class Autotuner(TritonAutotuner):
             log.info("record for %s does not fit this kernel's meta-parameters: %s",
                      self.kernel_name, found.config)
             return None
-        provisional = found.match is not Match.EXACT
-        source = Source.NEAREST if provisional else Source(found.source)
         return Resolution(config, source, provisional,
                           next_check=time.monotonic() + opts.recheck_s, found=found)
 

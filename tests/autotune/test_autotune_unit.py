@@ -276,3 +276,34 @@ def test_a_broken_local_database_costs_the_call_nothing(monkeypatch, tmp_path, c
     torch.testing.assert_close(accumulate(x.clone()), 2 * x)
     assert list(accumulate_kernel.sources.values()) == [Source.FIRST]
     assert "store unavailable" in caplog.text
+
+
+@pytest.mark.parametrize("setting, timed", [("auto", True), ("off", True), ("off", False)])
+def test_a_declared_kernels_searched_winner_is_served_only_where_allowed(
+        at_store, monkeypatch, setting, timed) -> None:
+    """KS_AUTOTUNE_SERVE_SEARCHED holds for declared kernels too: a record whose winner was
+    searched beyond the list is served by default (auto), and under off the list's best by the
+    record's own timings runs instead, or the key is treated as having no record."""
+    from svc_like import put_record
+
+    from kernelsearch.kernels.configs import canonical_key
+
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    monkeypatch.setenv("KS_AUTOTUNE_SERVE_SEARCHED", setting)
+    listed = KERNEL.space_configs
+    searched = {"BLOCK": 128, "WRONG": 0, "num_warps": 4, "num_stages": 3}
+    timings = {canonical_key(listed[0]): 30.0, canonical_key(listed[1]): 20.0,
+               canonical_key(listed[2]): 25.0, canonical_key(searched): 10.0} if timed else None
+    put_record(at_store, KERNEL, {"n": 100}, searched, config_timings=timings,
+               winner_origin="search", gain_vs_list=2.0)
+    x = torch.randn(100)
+    torch.testing.assert_close(accumulate(x.clone()), 2 * x)
+    (source,) = accumulate_kernel.sources.values()
+    if setting == "auto":
+        assert source is Source.STORE and canonical_key(accumulate_kernel.best_config) == \
+            canonical_key(searched)
+    elif timed:
+        assert source is Source.STORE and canonical_key(accumulate_kernel.best_config) == \
+            canonical_key(listed[1])
+    else:
+        assert source is Source.FIRST

@@ -19,7 +19,7 @@ from kernelsearch.kernels.capture import capture_call, jit_function_of
 from kernelsearch.kernels.configs import canonical, canonical_key
 from kernelsearch.kernels.spec import source_hash_of
 from kernelsearch.search_space.acceptance import RecordRejected
-from kernelsearch.search_space.key_search import A_FAILED, A_LISTED
+from kernelsearch.search_space.key_search import A_FAILED, A_LISTED, A_REFUSED
 from kernelsearch.service import job_child, search_jobs
 from kernelsearch.service.cli import app
 from kernelsearch.service.definitions import register_definition
@@ -237,3 +237,50 @@ def test_a_search_job_runs_candidates_as_the_kernels_pruner_makes_them_and_is_se
         BACKENDS.drain(20)
         assert [s.value for s in tuner.sources.values()] == ["store"]  # nothing benchmarked here
         assert canonical_key(tuner.best_config) == canonical_key(rec.config)
+
+
+def test_a_search_job_refuses_a_config_wrong_on_a_larger_call_sharing_the_key(
+        sqlite_store, monkeypatch) -> None:
+    """The strict gate's edges: the config beyond the list writes the first 128 elements only,
+    right on the searched call (100 elements) and wrong on a stored call of 300 that shares the
+    key; the worker's search job runs it on that edge too, refuses it for good, and serves the
+    list."""
+    import ks_edge_user as u
+
+    tuner, name = u.capped_scale_kernel, "ks_edge_user.capped_scale_kernel"
+    beyond = [canonical(c) for c in u.BEYOND]
+    defn = {"name": name, "module": "ks_edge_user", "qualname": "capped_scale_kernel",
+            "arg_names": list(tuner.arg_names), "key": ["s"], "dtype_args": ["x_ptr", "y_ptr"],
+            "configs": [canonical(c) for c in tuner.configs], "search_space": beyond,
+            "source_hash": source_hash_of([jit_function_of(tuner)])}
+
+    def call(n: int) -> dict:
+        return capture_call({"x_ptr": torch.randn(n), "y_ptr": torch.empty(n), "n": n, "s": 2},
+                            ["BLOCK", "LIMIT"], [*defn["configs"], *beyond],
+                            lambda meta: (triton.cdiv(n, meta["BLOCK"]),)).as_json()
+
+    case = {"s": 2, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+    settings = settings_for(sqlite_store.url, job_modules=["ks_edge_user"], search_trials=1,
+                            search_seconds=60)
+    sqlite_store.save_definition(name, defn)
+    register_definition(defn, sqlite_store)
+    for n in (300, 100):  # the newest stored call is the one searched: 100; 300 is its edge
+        job, _ = sqlite_store.queue_job(name, [case], 5, "grid", None, None, call(n))
+        sqlite_store.cancel_job(job.id)
+    (queued, _), = search_jobs.queue_searches(sqlite_store, settings)
+    assert queued.capture["args"][2]["value"] == 100
+    monkeypatch.setattr(job_child, "run_in_child", _in_process)
+    worker = Worker(settings, sqlite_store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    done = sqlite_store.get_job(queued.id)
+    assert done.status == "succeeded", done.error
+    assert done.best["cases"][0]["refused"] == 1
+    (rec,) = sqlite_store.list_records(kernel=name)
+    assert rec.winner_origin == "list" and canonical_key(rec.config) == canonical_key(defn["configs"][0])
+    study = optuna.load_study(study_name=search_jobs.study_of(name, case, rec.device),
+                              storage=sqlite_store.url)
+    (why,) = study.user_attrs[A_REFUSED].values()
+    assert why.startswith("edge call")  # every draw of the captured call passed

@@ -338,7 +338,7 @@ def _helion_upload_if_run(key: str, kernels: Any, background: bool) -> bool:
     """Upload the compile groups of `kernels()` for the entry under `key` when there are any
     (once per key and process); whether they were taken."""
     what = f"helion entry {key[:12]}"
-    handles = guard.guarded(what, "reading Helion's compiled kernel", kernels, [])
+    handles: list[Any] = guard.guarded(what, "reading Helion's compiled kernel", kernels, [])
     if not handles:
         return False
     with _lock:

@@ -157,6 +157,10 @@ def _not_queued(exc: Exception) -> None:
                 type(exc).__name__, exc)
 
 
+# A lookup's answer: (the entry's text, whether it is the stored entry); a miss or a fault.
+_MISS: tuple[str | None, bool] = (None, False)
+
+
 def _compiled_kernels(bound: Any) -> list[Any]:
     """The compiled Triton kernels of a Helion bound kernel's chosen config in this process:
     its generated code's `_helion_<name>` JITFunction, as Helion's own Triton backend reads
@@ -235,7 +239,7 @@ class KernelsearchBackend(RemoteCacheBackend):
         KS_HELION_ON_MISS=default a miss the service answered queues a worker's tuning of the
         call and answers Helion's default config, which Helion then runs without tuning."""
         text, served = guard.guarded(f"helion entry {key[:12]}", "Helion's cache lookup",
-                                     lambda: self._get(key), (None, False))
+                                     lambda: self._get(key), _MISS)
         if served:  # Helion compiles the entry's config next: its compiled kernel first
             from . import artifacts
 
@@ -286,7 +290,7 @@ class KernelsearchBackend(RemoteCacheBackend):
                 return entry.data, True
             return None, False
 
-        return _call("get", fetch, (None, False))
+        return _call("get", fetch, _MISS)
 
     def _put(self, key: str, data: str) -> None:
         from helion.autotuner.base_cache import AutotuneCacheBase

@@ -187,6 +187,8 @@ class HelionEntries(Protocol):
     def list_helion_entries(self, limit: int = 100, *, kernel: str | None = None,
                             hardware: str | None = None) -> list[HelionEntryView]: ...
 
+    def withdraw_helion_entry(self, cache_key: str) -> HelionEntryView: ...
+
 
 @runtime_checkable
 class Artifacts(Protocol):
@@ -200,6 +202,14 @@ class Artifacts(Protocol):
     def artifacts_of_record(self, record_id: int, env_fingerprint: str) -> list[ArtifactSetView]: ...
 
     def artifacts_by_cache_key(self, cache_key: str, env_fingerprint: str) -> list[ArtifactSetView]: ...
+
+    def put_helion_artifacts(self, helion_key: str, *, cache_key: str, env: Any,
+                             env_fingerprint: str, group: str, files: Any, origin: str,
+                             uploaded_by: str | None = None, uploaded_from: str | None = None,
+                             max_bytes: int | None = None) -> ArtifactSetView: ...
+
+    def artifacts_of_helion_entry(self, helion_key: str,
+                                  env_fingerprint: str) -> list[ArtifactSetView]: ...
 
     def artifacts_for_device(self, device: str, env_fingerprint: str, kernels: Any = None,
                              max_bytes: int | None = None) -> list[ArtifactSetView]: ...

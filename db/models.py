@@ -346,11 +346,18 @@ class ArtifactSet(Base):
 
     __tablename__ = "ks_artifact_sets"
     __table_args__ = (UniqueConstraint("record_id", "cache_key", "env_fingerprint"),
+                      UniqueConstraint("helion_entry_id", "cache_key", "env_fingerprint"),
+                      CheckConstraint("(record_id IS NULL) <> (helion_entry_id IS NULL)",
+                                      name="one_owner"),
                       Index("ix_ks_artifact_sets_env_fingerprint", "env_fingerprint"),
                       Index("ix_ks_artifact_sets_cache_key", "cache_key"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    record_id: Mapped[int] = mapped_column(ForeignKey("ks_records.id", ondelete="CASCADE"))
+    # Exactly one owner: the record whose config it compiles, or the Helion entry whose config
+    # Helion generated the kernel for (its Triton compile group); withdrawn with either.
+    record_id: Mapped[int | None] = mapped_column(ForeignKey("ks_records.id", ondelete="CASCADE"))
+    helion_entry_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ks_helion_entries.id", ondelete="CASCADE"), index=True)
     cache_key: Mapped[str] = mapped_column(String(64))
     env_fingerprint: Mapped[str] = mapped_column(String(64))
     env: Mapped[dict[str, Any]]

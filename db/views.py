@@ -282,10 +282,10 @@ def accepted_value(got: Any, arg: str, kind: type[R]) -> R:
 @dataclass(frozen=True)
 class ArtifactSetView:
     """An artifact set with its files' bytes, and the record (kernel, case, device, config) it
-    was compiled for."""
+    was compiled for, or the Helion entry (`helion_key`; its kernel, axes, hardware, config)."""
 
     id: int
-    record_id: int
+    record_id: int | None
     kernel: str
     axes: dict[str, Any]
     device: str
@@ -297,3 +297,4 @@ class ArtifactSetView:
     origin: str
     files: dict[str, bytes] = field(repr=False)
     is_current: bool = True
+    helion_key: str | None = None

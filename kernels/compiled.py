@@ -223,6 +223,16 @@ def group_of(handle: Any) -> tuple[str, str, dict[str, bytes]] | None:
     return cache_key, group, files
 
 
+def jit_handles(jit_fn: Any) -> list[Any]:
+    """The compiled kernels a Triton `JITFunction` holds in memory (what its launches compiled or
+    loaded in this process, on every device), read as Helion reads its own kernel's cache key
+    (`TritonBackend.compiled_cache_key`); empty when the layout is another Triton's."""
+    try:
+        return [k for caches in jit_fn.device_caches.values() for k in caches[0].values()]
+    except (AttributeError, IndexError, TypeError):
+        return []
+
+
 def compiled_ref(handle: Any) -> dict[str, Any] | None:
     """What a worker keeps of a trial's compiled kernel to store its group beside the record:
     Triton's cache key, the group's metadata file name and this host's environment (read where

@@ -3,7 +3,7 @@ serves their config (`models.ArtifactBlob`, `ArtifactSet`, `ArtifactFile`)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 from ..checks import kernel_key
 from ..errors import Conflict, NotFound
 from ..statuses import RecordOrigin
-from ..models import (ArtifactBlob, ArtifactFile, ArtifactSet, Case, Device, Kernel, Record,
-                      utcnow)
+from ..models import (ArtifactBlob, ArtifactFile, ArtifactSet, Case, Device, HelionEntry, Kernel,
+                      Record, utcnow)
 from ..views import ArtifactSetView
 from ._base import RepoBase
 
@@ -28,24 +28,55 @@ class ArtifactRepo(RepoBase):
         record; Conflict: a worker's set stays, a set without its group's metadata file, or over
         `max_bytes`. What a file may be is checked by the callers, the route and
         the worker (`kernels.compiled.refusal`): this layer imports no kernel code."""
+        return self._put_set(ArtifactSet.record_id, record_id, cache_key=cache_key, env=env,
+                             env_fingerprint=env_fingerprint, group=group, files=files,
+                             origin=origin, uploaded_by=uploaded_by, uploaded_from=uploaded_from,
+                             max_bytes=max_bytes)
+
+    def put_helion_artifacts(self, helion_key: str, *, cache_key: str, env: Mapping[str, Any],
+                             env_fingerprint: str, group: str, files: Mapping[str, bytes],
+                             origin: str, uploaded_by: str | None = None,
+                             uploaded_from: str | None = None,
+                             max_bytes: int | None = None) -> ArtifactSetView:
+        """`put_artifacts` for the Helion entry under Helion's cache key `helion_key`: the compile
+        group of the Triton kernel Helion generated for the entry's config. NotFound: no entry."""
+        def entry_id(s: Session) -> int:
+            got = s.execute(select(HelionEntry.id).where(
+                HelionEntry.cache_key == helion_key)).scalar_one_or_none()
+            if got is None:
+                raise NotFound(f"helion entry {helion_key}: no such entry")
+            return int(got)
+
+        return self._put_set(ArtifactSet.helion_entry_id, entry_id, cache_key=cache_key, env=env,
+                             env_fingerprint=env_fingerprint, group=group, files=files,
+                             origin=origin, uploaded_by=uploaded_by, uploaded_from=uploaded_from,
+                             max_bytes=max_bytes)
+
+    def _put_set(self, owner_col: Any, owner: int | Callable[[Session], int], *, cache_key: str,
+                 env: Mapping[str, Any], env_fingerprint: str, group: str,
+                 files: Mapping[str, bytes], origin: str, uploaded_by: str | None,
+                 uploaded_from: str | None, max_bytes: int | None) -> ArtifactSetView:
         if group not in files:
             raise Conflict(f"{group}: the group's metadata file is not among the files")
         if max_bytes is not None and sum(len(d) for d in files.values()) > max_bytes:
             raise Conflict(f"the artifact set is over {max_bytes} bytes")
 
         def tx(s: Session) -> ArtifactSetView:
-            if s.get(Record, record_id) is None:
-                raise NotFound(f"record {record_id}: no such record")
-            stored = s.execute(select(ArtifactSet.origin).where(
-                ArtifactSet.record_id == record_id, ArtifactSet.cache_key == cache_key,
-                ArtifactSet.env_fingerprint == env_fingerprint)).scalar_one_or_none()
+            if callable(owner):
+                owner_id = owner(s)
+                what = "helion entry"
+            else:
+                owner_id, what = owner, "record"
+                if s.get(Record, owner_id) is None:
+                    raise NotFound(f"record {owner_id}: no such record")
+            same = (owner_col == owner_id, ArtifactSet.cache_key == cache_key,
+                    ArtifactSet.env_fingerprint == env_fingerprint)
+            stored = s.execute(select(ArtifactSet.origin).where(*same)).scalar_one_or_none()
             if stored == RecordOrigin.WORKER and origin == RecordOrigin.UPLOAD:
-                raise Conflict(f"record {record_id}: a worker's compiled kernel is stored under "
+                raise Conflict(f"{what} {owner_id}: a worker's compiled kernel is stored under "
                                "this cache key and fingerprint; an upload never replaces it")
-            s.execute(delete(ArtifactSet).where(
-                ArtifactSet.record_id == record_id, ArtifactSet.cache_key == cache_key,
-                ArtifactSet.env_fingerprint == env_fingerprint))
-            row = ArtifactSet(record_id=record_id, cache_key=cache_key, env=dict(env),
+            s.execute(delete(ArtifactSet).where(*same))
+            row = ArtifactSet(**{owner_col.key: owner_id}, cache_key=cache_key, env=dict(env),
                               env_fingerprint=env_fingerprint, group=group, origin=origin,
                               uploaded_by=uploaded_by, uploaded_from=uploaded_from,
                               created_at=utcnow())
@@ -68,6 +99,19 @@ class ArtifactRepo(RepoBase):
             ids = s.execute(select(ArtifactSet.id).where(
                 ArtifactSet.record_id == record_id,
                 ArtifactSet.env_fingerprint == env_fingerprint)).scalars().all()
+            return self._artifact_views(s, list(ids))
+
+        return self._tx(tx, write=False)
+
+    def artifacts_of_helion_entry(self, helion_key: str,
+                                  env_fingerprint: str) -> list[ArtifactSetView]:
+        """The sets of the Helion entry under Helion's cache key compiled under this fingerprint."""
+        def tx(s: Session) -> list[ArtifactSetView]:
+            ids = s.execute(select(ArtifactSet.id)
+                            .join(HelionEntry, HelionEntry.id == ArtifactSet.helion_entry_id)
+                            .where(HelionEntry.cache_key == helion_key,
+                                   ArtifactSet.env_fingerprint == env_fingerprint)
+                            .order_by(ArtifactSet.id)).scalars().all()
             return self._artifact_views(s, list(ids))
 
         return self._tx(tx, write=False)
@@ -134,6 +178,9 @@ class ArtifactRepo(RepoBase):
             .join(Kernel, Kernel.id == Record.kernel_id).join(Case, Case.id == Record.case_id)
             .join(Device, Device.id == Record.device_id)
             .where(ArtifactSet.id.in_(ids))).all()
+        helion = s.execute(select(ArtifactSet, HelionEntry)
+                           .join(HelionEntry, HelionEntry.id == ArtifactSet.helion_entry_id)
+                           .where(ArtifactSet.id.in_(ids))).all()
         files: dict[int, dict[str, bytes]] = {i: {} for i in ids}
         for set_id, name, data in s.execute(
                 select(ArtifactFile.set_id, ArtifactFile.filename, ArtifactBlob.data)
@@ -149,4 +196,10 @@ class ArtifactRepo(RepoBase):
                 origin=r.ArtifactSet.origin, files=files[r.ArtifactSet.id],
                 is_current=bool(r.is_current))
             for r in rows}
+        for a, e in helion:
+            by_id[a.id] = ArtifactSetView(
+                id=a.id, record_id=None, kernel=e.kernel, axes=dict(e.axes), device=e.hardware,
+                config=dict(e.config), cache_key=a.cache_key, env_fingerprint=a.env_fingerprint,
+                env=dict(a.env), group=a.group, origin=a.origin, files=files[a.id],
+                helion_key=e.cache_key)
         return [by_id[i] for i in ids if i in by_id]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ..errors import Conflict
-from ..models import HelionEntry, utcnow
+from ..errors import Conflict, NotFound
+from ..models import ArtifactSet, HelionEntry, utcnow
 from ..statuses import RecordOrigin
 from ..views import Accepted, HelionEntryIn, HelionEntryView, accepted_value
 from ._base import RepoBase
@@ -46,11 +46,28 @@ class HelionRepo(RepoBase):
                 row = HelionEntry(**values)
                 s.add(row)
             else:
+                if row.config != values["config"]:  # its compiled kernels are another config's
+                    s.execute(delete(ArtifactSet).where(ArtifactSet.helion_entry_id == row.id))
                 for k, v in values.items():
                     setattr(row, k, v)
                 row.updated_at = utcnow()
             s.flush()
             return _view(row)
+
+        return self._tx(tx, write=True)
+
+    def withdraw_helion_entry(self, cache_key: str) -> HelionEntryView:
+        """Delete the entry under Helion's cache key, and with it its compiled kernels (ON DELETE
+        CASCADE); NotFound when there is none."""
+        def tx(s: Session) -> HelionEntryView:
+            row = s.execute(select(HelionEntry).where(HelionEntry.cache_key == cache_key)
+                            .with_for_update()).scalar_one_or_none()
+            if row is None:
+                raise NotFound(f"no Helion entry under {cache_key}")
+            gone = _view(row)
+            s.execute(delete(HelionEntry).where(HelionEntry.id == row.id)
+                      .execution_options(synchronize_session=False))
+            return gone
 
         return self._tx(tx, write=True)
 

@@ -6,7 +6,12 @@ Two Helion kernels, a row softmax (fp16, 4096 x 4096) and an fp16 matmul (4096^3
   tune    a first host: an empty Helion cache, the kernelsearch backend misses, Helion tunes and
           puts its entries to the service
   served  a second host: a fresh Helion cache directory (and fresh Triton/Inductor caches), the
-          backend answers each key: Helion logs `remote cache hit` and does not tune
+          backend answers each key: Helion logs `remote cache hit` and does not tune; the
+          compile groups the tuning host uploaded for each entry (issue 34) are installed before
+          Helion compiles, so Triton's cache hits (`artifacts_installed`)
+  served-other-build  the served host again, fresh caches, as if on another Triton build
+          (`KS_ARTIFACT_ENV`): the entries are served, their compiled kernels are not loaded, Helion
+          compiles them cold (served without compiled kernels) and the results still check
   local-configs   a third host given only the tuning host's Helion entries (its `*.best_config`
           files, as a container image could ship them) and no backend: Helion's own local cache
           on a fresh host, whose kernels compile cold as the served host's do
@@ -51,10 +56,10 @@ try:  # importable without Helion or a GPU; the kernels exist only where Helion 
 except ImportError:
     helion = None
 
-MODES = ("tune", "served", "local-configs", "served-compiled", "local")
+MODES = ("tune", "served", "served-other-build", "local-configs", "served-compiled", "local")
 QUEUE_MODES = ("queue-miss", "queue-served")
 HOSTS = {"tune": "host1", "local": "host1", "served": "host2", "local-configs": "host3",
-         "served-compiled": "host4", "queue-miss": "host5",
+         "served-compiled": "host4", "queue-miss": "host5", "served-other-build": "host6",
          "queue-served": "host7"}
 BACKEND = "kernelsearch.helion.KernelsearchBackend"
 SOFTMAX_SHAPE = (4096, 4096)
@@ -118,7 +123,14 @@ def child(mode: str) -> dict:
     for name, kern, args in (("softmax", softmax, (x,)), ("matmul", matmul, (a, b))):
         cfg = kern.bind(args)._config
         configs[name] = json.loads(cfg.to_json()) if cfg is not None else None
-    return {"mode": mode, **times, "counters": dict(counters["autotune"]), "configs": configs,
+    try:
+        from kernelsearch import artifacts
+
+        shared = {"artifacts_installed": artifacts.STATS.installed,
+                  "artifacts_rejected": artifacts.STATS.rejected}
+    except ImportError:
+        shared = {}
+    return {"mode": mode, **times, **shared, "counters": dict(counters["autotune"]), "configs": configs,
             "device": torch.cuda.get_device_name(), "helion": version("helion"),
             "torch": torch.__version__}
 
@@ -184,6 +196,8 @@ def _run_mode(mode: str, work: Path, url: str, token: str | None) -> dict:
                    KS_SERVICE_URL=url)
         if mode == "queue-miss":
             env["KS_HELION_ON_MISS"] = "default"
+        if mode == "served-other-build":
+            env["KS_ARTIFACT_ENV"] = json.dumps({"triton": "another-build"})
         if token:
             env["KS_API_TOKEN"] = token
     t0 = time.perf_counter()

@@ -15,6 +15,7 @@ every group of the device's current records in one request.
 """
 from __future__ import annotations
 
+import atexit
 import base64
 import logging
 import os
@@ -80,6 +81,7 @@ def reset() -> None:
         _records.clear()
         _handles.clear()
         _uploaded.clear()
+        _helion_pending.clear()
         _prefetched = False
         _prefetch_future = None
 
@@ -267,6 +269,109 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
         if _prefetched and kernels is None:
             return 0
     return guard.guarded("kernelsearch", "prefetching compiled kernels", body, 0)
+
+
+def _helion_sets(key: str) -> list[dict[str, Any]]:
+    client, store = _backends()
+    fp = compiled.fingerprint()
+    sets: list[dict[str, Any]] = []
+    if client is not None:
+        sets = _asking_service(lambda: client.helion_artifacts(key, fp),
+                               Options.from_env().timeout_s)
+    elif store is not None:
+        sets = [_wire(v) for v in store.artifacts_of_helion_entry(key, fp)]
+    STATS.add("fetched_sets", len(sets))
+    return sets
+
+
+def before_helion_compile(key: str) -> int:
+    """Helion's backend answered the entry under Helion's cache key `key`: install the compile
+    groups of the Triton kernel generated for its config (this fingerprint, every hash checked)
+    before Helion compiles it, so Triton's cache hits. Once per key and process; how many sets
+    were installed. Never raises: a failure is a compile as today."""
+    def body() -> int:
+        with _lock:
+            if f"helion:{key}" in _asked_keys:
+                return 0
+            _asked_keys.add(f"helion:{key}")
+        return install(_helion_sets(key))
+
+    return guard.guarded(f"helion entry {key[:12]}", "installing Helion's compiled kernel", body, 0)
+
+
+_helion_pending: dict[str, Any] = {}  # Helion keys stored here whose kernel has not run yet
+
+
+def note_helion_put(key: str, kernels: Any, wait_s: float = 120.0, poll_s: float = 0.2) -> None:
+    """This process stored Helion's entry under `key`: once the kernel has run (`kernels()`, the
+    compiled Triton kernels its generated code holds, is non-empty; Helion compiles after it
+    puts the entry), upload their compile groups tied to the entry, in the background. Watched
+    for `wait_s` by a daemon thread and looked at once more at exit (a short program ends
+    before the watch sees its run); a kernel never run here uploads nothing."""
+    with _lock:
+        if ("helion", key, "") in _uploaded or key in _helion_pending:
+            return
+        _helion_pending[key] = kernels
+
+    def wait() -> None:  # a daemon: a kernel that never runs holds up no exit
+        deadline = time.monotonic() + wait_s
+        while key in _helion_pending and time.monotonic() < deadline:
+            if _helion_upload_if_run(key, kernels, background=True):
+                return
+            time.sleep(poll_s)
+        with _lock:
+            _helion_pending.pop(key, None)
+
+    in_daemon_thread(wait)
+
+
+def _helion_upload_pending() -> None:
+    """At exit: the kernels stored here that ran since the watch last looked upload now."""
+    for key, kernels in list(_helion_pending.items()):
+        _helion_upload_if_run(key, kernels, background=False)
+
+
+atexit.register(_helion_upload_pending)  # after the backends' drain is registered: runs first
+
+
+def _helion_upload_if_run(key: str, kernels: Any, background: bool) -> bool:
+    """Upload the compile groups of `kernels()` for the entry under `key` when there are any
+    (once per key and process); whether they were taken."""
+    what = f"helion entry {key[:12]}"
+    handles: list[Any] = guard.guarded(what, "reading Helion's compiled kernel", kernels, [])
+    if not handles:
+        return False
+    with _lock:
+        if _helion_pending.pop(key, None) is None:
+            return True  # taken by the other looker
+        _uploaded.add(("helion", key, ""))
+
+    def upload() -> None:
+        client, store = _backends(slow=True)
+        env = compiled.environment()
+        for got in filter(None, map(compiled.group_of, handles)):
+            cache_key, group, files = got
+            if client is not None:
+                client.upload_helion_artifacts(key, {
+                    "cache_key": cache_key, "group": group, "env": env,
+                    "files": {n: base64.b64encode(d).decode() for n, d in files.items()}})
+            elif store is not None:
+                store.put_helion_artifacts(key, cache_key=cache_key, env=env,
+                                           env_fingerprint=compiled.env_fingerprint(env),
+                                           group=group, files=files,
+                                           origin=RecordOrigin.UPLOAD.value)
+            else:
+                return
+            STATS.add("uploaded")
+
+    def task() -> None:
+        guard.guarded(what, "sharing Helion's compiled kernel", upload, None)
+
+    if background:
+        BACKENDS.in_background(task)
+    else:
+        task()
+    return True
 
 
 def _slot(kernel: str, axes: Mapping[str, Any], config: Any) -> tuple[str, str, str]:

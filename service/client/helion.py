@@ -157,6 +157,21 @@ def _not_queued(exc: Exception) -> None:
                 type(exc).__name__, exc)
 
 
+# A lookup's answer: (the entry's text, whether it is the stored entry); a miss or a fault.
+_MISS: tuple[str | None, bool] = (None, False)
+
+
+def _compiled_kernels(bound: Any) -> list[Any]:
+    """The compiled Triton kernels of a Helion bound kernel's chosen config in this process:
+    its generated code's `_helion_<name>` JITFunction, as Helion's own Triton backend reads
+    them (`compiled_cache_key`); empty until the kernel has run."""
+    from kernelsearch.kernels import compiled
+
+    run = getattr(bound, "_run", None)
+    jit = getattr(run, "__globals__", {}).get(f"_helion_{bound.kernel.name}")
+    return compiled.jit_handles(jit) if jit is not None else []
+
+
 def _key_doc(cache: Any) -> dict[str, Any]:
     """Helion's key as its local cache writes it in an entry."""
     return {"type": type(cache.key).__name__, "fields": {k: str(v) for k, v in vars(cache.key).items()}}
@@ -223,8 +238,13 @@ class KernelsearchBackend(RemoteCacheBackend):
         """The exact text stored under Helion's cache key; None on a miss or any fault. Under
         KS_HELION_ON_MISS=default a miss the service answered queues a worker's tuning of the
         call and answers Helion's default config, which Helion then runs without tuning."""
-        return guard.guarded(f"helion entry {key[:12]}", "Helion's cache lookup",
-                             lambda: self._get(key), None)
+        text, served = guard.guarded(f"helion entry {key[:12]}", "Helion's cache lookup",
+                                     lambda: self._get(key), _MISS)
+        if served:  # Helion compiles the entry's config next: its compiled kernel first
+            from . import artifacts
+
+            artifacts.before_helion_compile(key)
+        return text
 
     def put(self, key: str, data: str) -> None:
         """Store Helion's entry text under its key; dropped (logged) on any fault."""
@@ -238,22 +258,23 @@ class KernelsearchBackend(RemoteCacheBackend):
         return guard.guarded("helion", "listing Helion's entries", lambda: self._list(max_results),
                              [])
 
-    def _get(self, key: str) -> str | None:
+    def _get(self, key: str) -> tuple[str | None, bool]:
+        """(the entry's text or None, whether it is the stored entry, not a miss's default)."""
         c = BACKENDS
         cache = _miss_cache(key)
 
-        def fetch() -> str | None:
+        def fetch() -> tuple[str | None, bool]:
             if c.client is not None:
                 got = c.client.helion_get(key)
                 if got is not None and _entry_of(key, str(got["data"])):
-                    return str(got["data"])
+                    return str(got["data"]), True
                 if cache is None:
-                    return None
+                    return None, False
                 try:  # only on a miss: a hit costs no capture
                     capture, default = _job_capture(cache, key), _default_entry(cache)
                 except Exception as exc:  # noqa: BLE001 - not the service's fault: no back-off
                     _not_queued(exc)
-                    return None
+                    return None, False
                 job = c.client.helion_queue(key, capture)
                 if job.get("status") == JobStatus.FAILED:
                     log.warning("kernelsearch.helion: no entry for %s (%s) and its job %s failed (%s); "
@@ -262,17 +283,20 @@ class KernelsearchBackend(RemoteCacheBackend):
                 else:
                     log.info("kernelsearch.helion: no entry for %s (%s); running Helion's default "
                              "config while job %s tunes it", capture["qualname"], key[:12], job.get("id"))
-                return default
+                return default, False
             assert c.store is not None  # `_call` asks only a configured way
             entry = c.store.get_helion_entry(key)
-            return entry.data if entry is not None and _entry_of(key, entry.data) else None
+            if entry is not None and _entry_of(key, entry.data):
+                return entry.data, True
+            return None, False
 
-        return _call("get", fetch, None)
+        return _call("get", fetch, _MISS)
 
     def _put(self, key: str, data: str) -> None:
         from helion.autotuner.base_cache import AutotuneCacheBase
 
-        kernel, arg_names, checked = _kernel_facts(_caller(AutotuneCacheBase))
+        cache = _caller(AutotuneCacheBase)
+        kernel, arg_names, checked = _kernel_facts(cache)
         c = BACKENDS
 
         def store() -> None:
@@ -287,6 +311,10 @@ class KernelsearchBackend(RemoteCacheBackend):
                                                      checked=checked, host=socket.gethostname()))
 
         _call("put", store, None)
+        if cache is not None:  # Helion compiles the stored config next: share what it compiles
+            from . import artifacts
+
+            artifacts.note_helion_put(key, lambda: _compiled_kernels(cache.kernel))
 
     def _list(self, max_results: int | None = None) -> Iterable[str]:
         from helion.autotuner.base_search import BaseSearch

@@ -172,6 +172,15 @@ class Client:
             params["kernel"] = list(kernels)
         return self._request("GET", "/v1/artifacts/device", params=params)
 
+    def upload_helion_artifacts(self, key: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a compile group for the Helion entry under `key` (writer token)."""
+        return self._request("POST", f"/v1/helion/entries/{key}/artifacts", json=dict(body))
+
+    def helion_artifacts(self, key: str, env_fingerprint: str) -> list[dict[str, Any]]:
+        """The compile groups of the Helion entry under `key` for this fingerprint."""
+        return self._request("GET", f"/v1/helion/entries/{key}/artifacts",
+                             params={"env_fingerprint": env_fingerprint})
+
     # -- Helion's autotune cache (kernelsearch.helion) ------------------------------------------
     def helion_get(self, key: str) -> dict[str, Any] | None:
         """The Helion entry stored under Helion's cache key (its `data` is the exact text); None

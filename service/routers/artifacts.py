@@ -11,6 +11,7 @@ import binascii
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import Path as PathParam
 from pydantic import BaseModel, Field, StringConstraints
 
 from kernelsearch.db import errors as dberr
@@ -27,22 +28,28 @@ from .records import ANONYMOUS, TOKEN_UPLOADER
 router = APIRouter(tags=["artifacts"])
 
 HEX64 = "^[0-9a-f]{64}$"
+HELION_KEY = PathParam(pattern=HEX64, description="Helion's cache key (sha256 of its key, hex)")
 # What a file's name and bytes may be is checked in the route (kernels.compiled.refusal), so a
 # shared library or a pickle is refused with a message saying so.
 FileName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Base64 = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
 
 
-class ArtifactSetIn(BaseModel):
-    """One Triton compile group of a record's config: `files` maps each file name to its bytes
-    (base64); `group` is the metadata json Triton looks the group up by; `env` what Triton's
-    cache key leaves out (compute capability, CUDA driver, ptxas, Triton build)."""
+class GroupIn(BaseModel):
+    """One Triton compile group: `files` maps each file name to its bytes (base64); `group` is
+    the metadata json Triton looks the group up by; `env` what Triton's cache key leaves out
+    (compute capability, CUDA driver, ptxas, Triton build)."""
 
-    record_id: int = Field(ge=1, le=2**31 - 1)
     cache_key: str = Field(pattern=HEX64, description="Triton's cache key (CompiledKernel.hash)")
     group: str = Field(min_length=1, max_length=200)
     env: dict[str, str | int | None] = Field(max_length=16)
     files: dict[FileName, Base64] = Field(min_length=1, max_length=16)
+
+
+class ArtifactSetIn(GroupIn):
+    """The compile group of a record's config."""
+
+    record_id: int = Field(ge=1, le=2**31 - 1)
 
 
 class ArtifactFileOut(BaseModel):
@@ -52,7 +59,8 @@ class ArtifactFileOut(BaseModel):
 
 class ArtifactSetOut(BaseModel):
     id: int
-    record_id: int
+    record_id: int | None
+    helion_key: str | None = None
     kernel: str
     axes: dict[str, Any]
     device: str
@@ -67,7 +75,7 @@ class ArtifactSetOut(BaseModel):
 
 
 def set_json(v: ArtifactSetView) -> dict[str, Any]:
-    return {"id": v.id, "record_id": v.record_id, "kernel": v.kernel, "axes": v.axes,
+    return {"id": v.id, "record_id": v.record_id, "helion_key": v.helion_key, "kernel": v.kernel, "axes": v.axes,
             "device": v.device, "config": v.config, "cache_key": v.cache_key,
             "env_fingerprint": v.env_fingerprint, "env": v.env, "group": v.group,
             "origin": v.origin, "is_current": v.is_current,
@@ -79,14 +87,9 @@ def _unprocessable(field: str, msg: str) -> HTTPException:
     return HTTPException(422, f"{field}: {msg}")
 
 
-@router.post("/v1/artifacts", status_code=201, response_model=ArtifactSetOut,
-             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
-def upload_artifacts(body: ArtifactSetIn, request: Request, store: StoreDep,
-                     settings: SettingsDep) -> Any:
-    """Store a compile group for a record (replacing the record's set under the same cache key
-    and fingerprint; never a worker's: 409). 404: no such record; 413: over KS_ARTIFACT_MAX_BYTES; 422: a file that is
-    no Triton compile file (a shared library, a pickle, a path, another suffix), bad base64, or
-    a group without its metadata file."""
+def _files(body: GroupIn, max_bytes: int) -> dict[str, bytes]:
+    """The group's files decoded, each one a Triton compile file (422 otherwise, naming it), the
+    metadata file among them, the whole within `max_bytes` (413)."""
     files: dict[str, bytes] = {}
     for name, text in body.files.items():
         try:
@@ -99,19 +102,56 @@ def upload_artifacts(body: ArtifactSetIn, request: Request, store: StoreDep,
         files[name] = data
     if body.group not in files:
         raise _unprocessable("group", f"{body.group} is not among the files")
-    if sum(len(d) for d in files.values()) > settings.artifact_max_bytes:
-        raise HTTPException(413, f"the artifact set is over {settings.artifact_max_bytes} bytes "
+    if sum(len(d) for d in files.values()) > max_bytes:
+        raise HTTPException(413, f"the artifact set is over {max_bytes} bytes "
                                  "(KS_ARTIFACT_MAX_BYTES)")
+    return files
+
+
+def _stored(put: Any, owner: int | str, body: GroupIn, request: Request,
+            settings: Any) -> dict[str, Any]:
+    """Store a group through `put` (the store's put for a record or a Helion entry) as an
+    upload under the writer token; 409 when a worker's set holds its key and fingerprint."""
+    files = _files(body, settings.artifact_max_bytes)
     token = request.app.state.writer_token
     try:
-        got = store.put_artifacts(
-            body.record_id, cache_key=body.cache_key, env=body.env,
-            env_fingerprint=env_fingerprint(body.env), group=body.group, files=files,
-            origin=RecordOrigin.UPLOAD.value, uploaded_by=TOKEN_UPLOADER if token else ANONYMOUS,
-            uploaded_from=request.client.host if request.client else None)
+        got = put(owner, cache_key=body.cache_key, env=body.env,
+                  env_fingerprint=env_fingerprint(body.env), group=body.group, files=files,
+                  origin=RecordOrigin.UPLOAD.value, uploaded_by=TOKEN_UPLOADER if token else ANONYMOUS,
+                  uploaded_from=request.client.host if request.client else None)
     except dberr.Conflict as e:  # a worker's set under the same key and fingerprint stays
         raise HTTPException(409, str(e)) from None
     return set_json(got)
+
+
+@router.post("/v1/artifacts", status_code=201, response_model=ArtifactSetOut,
+             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def upload_artifacts(body: ArtifactSetIn, request: Request, store: StoreDep,
+                     settings: SettingsDep) -> Any:
+    """Store a compile group for a record (replacing the record's set under the same cache key
+    and fingerprint; never a worker's: 409). 404: no such record; 413: over KS_ARTIFACT_MAX_BYTES; 422: a file that is
+    no Triton compile file (a shared library, a pickle, a path, another suffix), bad base64, or
+    a group without its metadata file."""
+    return _stored(store.put_artifacts, body.record_id, body, request, settings)
+
+
+@router.post("/v1/helion/entries/{key}/artifacts", status_code=201, response_model=ArtifactSetOut,
+             responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def upload_helion_artifacts(body: GroupIn, request: Request, store: StoreDep,
+                            settings: SettingsDep, key: str = HELION_KEY) -> Any:
+    """Store the compile group of the Triton kernel Helion generated for the entry's config
+    under Helion's cache key `key`, as for a record (404: no such entry; 409, 413, 422 alike)."""
+    return _stored(store.put_helion_artifacts, key, body, request, settings)
+
+
+@router.get("/v1/helion/entries/{key}/artifacts", response_model=list[ArtifactSetOut],
+            responses=ERRORS)
+async def helion_artifacts(store: StoreDep, key: str = HELION_KEY,
+                           env_fingerprint: str = Query(pattern=HEX64)) -> Any:
+    """The compile groups of the Helion entry under `key` for this compile fingerprint (empty:
+    none; Helion compiles)."""
+    return [set_json(v) for v in await run_read(store.artifacts_of_helion_entry, key,
+                                                env_fingerprint)]
 
 
 @router.get("/v1/artifacts", response_model=list[ArtifactSetOut], responses=ERRORS)

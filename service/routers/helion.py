@@ -51,6 +51,19 @@ def put_entry(body: schemas.HelionEntryIn, request: Request, store: StoreDep, ke
         raise HTTPException(409, str(e)) from None
 
 
+@router.delete("/v1/helion/entries/{key}", response_model=schemas.HelionEntryOut,
+               responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
+def withdraw_entry(store: StoreDep, key: str = KEY) -> Any:
+    """Withdraw the entry under Helion's cache key, and its compiled kernels with it; 404 when
+    there is none."""
+    try:
+        gone = store.withdraw_helion_entry(key)
+    except dberr.NotFound as e:
+        raise HTTPException(404, str(e)) from None
+    store.drop_orphan_artifact_blobs()  # its compiled kernels went with it (ON DELETE CASCADE)
+    return entry_json(gone)
+
+
 @router.get("/v1/helion/entries/{key}", response_model=schemas.HelionEntryOut, responses=ERRORS)
 async def get_entry(store: StoreDep, key: str = KEY) -> Any:
     """The entry stored under Helion's cache key; 404 when there is none."""

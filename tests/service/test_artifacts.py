@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -351,3 +353,94 @@ def test_ks_prefetch_runs_in_the_background_and_a_first_launch_waits_for_it(
     artifacts.before_first_launch(KA, view)
     assert local_group() == FILES and artifacts.STATS.installed == 1
     assert artifacts.STATS.fetched_sets == 1  # the record's own set was not asked for again
+
+
+def _helion_entry(store: Store) -> str:
+    """A Helion entry stored as the gate passes it; its Helion cache key."""
+    from test_helion import entry
+    from trusted_records import trusted_entry
+
+    from kernelsearch.search_space.acceptance import accepted_helion
+
+    key, data = entry(64)
+    store.put_helion_entry(trusted_entry(accepted_helion(key, data).value))
+    return key
+
+
+def test_a_helion_entrys_compiled_kernel_is_stored_served_and_withdrawn_with_it(
+        store: Store, writer: TestClient) -> None:
+    key = _helion_entry(store)
+    route = f"/v1/helion/entries/{key}/artifacts"
+    group = {k: v for k, v in body(1).items() if k != "record_id"}
+    assert writer.post(route, json=group).status_code == 401
+    r = writer.post(route, json={**group, "files": {**group["files"], "l.so": b64(b"\x7fELF")}},
+                    headers=AUTH)
+    assert r.status_code == 422 and "shared librar" in r.text
+    other_key = hashlib.sha256(b"no such entry").hexdigest()
+    assert writer.post(f"/v1/helion/entries/{other_key}/artifacts", json=group,
+                       headers=AUTH).status_code == 404
+    r = writer.post(route, json=group, headers=AUTH)
+    assert r.status_code == 201, r.text
+    assert r.json()["helion_key"] == key and r.json()["record_id"] is None
+    [got] = writer.get(route, params={"env_fingerprint": FP}).json()
+    assert {n: base64.b64decode(f["data"]) for n, f in got["files"].items()} == FILES
+    assert got["kernel"].startswith("helion:") and got["device"] == "NVIDIA H200"
+    other = compiled.env_fingerprint({**ENV, "triton": "3.7.0"})
+    assert writer.get(route, params={"env_fingerprint": other}).json() == []
+    # Not a record's: the record routes never answer it.
+    assert writer.get("/v1/artifacts/by-cache-key",
+                      params={"cache_key": KEY, "env_fingerprint": FP}).json() == []
+    store.put_helion_artifacts(key, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                               files=FILES, origin="worker")
+    r = writer.post(route, json=group, headers=AUTH)
+    assert r.status_code == 409 and "worker" in r.text
+    assert writer.delete(f"/v1/helion/entries/{key}").status_code == 401
+    assert writer.delete(f"/v1/helion/entries/{key}", headers=AUTH).status_code == 200
+    assert writer.get(route, params={"env_fingerprint": FP}).json() == []
+    assert blobs(store) == 0
+    assert writer.delete(f"/v1/helion/entries/{key}", headers=AUTH).status_code == 404
+
+
+def test_an_artifact_set_has_exactly_one_owner(store: Store) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    from kernelsearch.db.models import ArtifactSet, utcnow
+
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(ArtifactSet.__table__.insert().values(
+            cache_key=KEY, env_fingerprint=FP, env=ENV, group="k.json", origin="worker",
+            created_at=utcnow()))
+
+
+def test_helion_s_first_host_uploads_its_kernel_and_a_served_host_installs_it(
+        local_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_helion import entry
+
+    from kernelsearch.backends import BACKENDS
+    from kernelsearch.helion import KernelsearchBackend, _compiled_kernels
+
+    key, data = entry(64)
+    KernelsearchBackend().put(key, data)
+    # Helion's bound kernel after it ran its stored config: its generated code's JITFunction
+    # holds the compiled kernel Triton returned.
+    jit = type("JIT", (), {"device_caches": {0: ({"spec": handle_of(tmp_path, FILES)}, None)}})()
+    run = types.FunctionType((lambda: None).__code__, {"_helion_k": jit})
+    bound = type("Bound", (), {"_run": run, "kernel": type("K", (), {"name": "k"})()})()
+    artifacts.note_helion_put(key, lambda: _compiled_kernels(bound))
+    deadline = time.monotonic() + 10
+    while not local_store.artifacts_of_helion_entry(key, FP):
+        assert time.monotonic() < deadline, "the group was not uploaded"
+        BACKENDS.drain(0.2)
+    [stored] = local_store.artifacts_of_helion_entry(key, FP)
+    assert stored.files == FILES and stored.helion_key == key
+
+    # A fresh host served the entry installs the group before Helion compiles.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh-host"))
+    artifacts.reset()
+    assert KernelsearchBackend().get(key) == data
+    assert local_group() == FILES and artifacts.STATS.installed == 1
+    # Another Triton build: the entry is served, its compiled kernel is not loaded.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other-build"))
+    monkeypatch.setenv(compiled.ENV_OVERRIDE, json.dumps({"triton": "3.7.0"}))
+    artifacts.reset()
+    assert KernelsearchBackend().get(key) == data and local_group() is None

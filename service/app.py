@@ -92,7 +92,8 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
 
     app.add_middleware(StrictJSON)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
-                       larger={"/v1/artifacts": settings.artifact_max_bytes * 4 // 3 + 65536})
+                       larger={p: settings.artifact_max_bytes * 4 // 3 + 65536
+                               for p in ("/v1/artifacts", "/v1/helion/entries/[^/]+/artifacts")})
     app.add_middleware(WriterToken)  # outside the body's checks: a 401 before any 413/422
     app.add_middleware(ReadBound, pool=app.state.read_pool, timeout_s=settings.read_timeout_s)
     if settings.cors_origins:  # outside the checks above, so their refusals carry CORS headers too

@@ -84,16 +84,20 @@ class BodyLimit:
     """Pure ASGI middleware: a request body over `max_bytes` is answered 413 before any parsing."""
 
     def __init__(self, app: Any, max_bytes: int, larger: dict[str, int] | None = None) -> None:
-        """`larger`: a route path with its own bound (compiled kernels' uploads)."""
+        """`larger`: route paths with their own bound (compiled kernels' uploads), each a regular
+        expression the whole path must match (a path parameter such as a Helion key varies)."""
         self.app = app
         self.max_bytes = max_bytes
-        self.larger = dict(larger or {})
+        self.larger = [(re.compile(p), n) for p, n in (larger or {}).items()]
+
+    def _limit(self, path: str) -> int:
+        return next((n for p, n in self.larger if p.fullmatch(path)), self.max_bytes)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        limit = self.larger.get(scope.get("path", ""), self.max_bytes)
+        limit = self._limit(scope.get("path", ""))
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:

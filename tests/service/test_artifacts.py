@@ -355,14 +355,14 @@ def test_ks_prefetch_runs_in_the_background_and_a_first_launch_waits_for_it(
     assert artifacts.STATS.fetched_sets == 1  # the record's own set was not asked for again
 
 
-def _helion_entry(store: Store) -> str:
+def _helion_entry(store: Store, rows: int = 64) -> str:
     """A Helion entry stored as the gate passes it; its Helion cache key."""
     from test_helion import entry
     from trusted_records import trusted_entry
 
     from kernelsearch.search_space.acceptance import accepted_helion
 
-    key, data = entry(64)
+    key, data = entry(rows)
     store.put_helion_entry(trusted_entry(accepted_helion(key, data).value))
     return key
 
@@ -399,6 +399,12 @@ def test_a_helion_entrys_compiled_kernel_is_stored_served_and_withdrawn_with_it(
     assert writer.get(route, params={"env_fingerprint": FP}).json() == []
     assert blobs(store) == 0
     assert writer.delete(f"/v1/helion/entries/{key}", headers=AUTH).status_code == 404
+    # A real compile group is larger than the API's 64 KiB body bound (GPU call 43 was answered
+    # 413): both upload routes take up to KS_ARTIFACT_MAX_BYTES.
+    big_key = _helion_entry(store, rows=128)
+    big = {**group, "files": {**group["files"], "k.ptx": b64(b"// ptx " * 20000)}}
+    r = writer.post(f"/v1/helion/entries/{big_key}/artifacts", json=big, headers=AUTH)
+    assert r.status_code == 201, r.text
 
 
 def test_an_artifact_set_has_exactly_one_owner(store: Store) -> None:

@@ -85,6 +85,22 @@ class Constraint:
         return None if self.expr.evaluate(env) else f"{self.message} ({self.expr.text})"
 
 
+def _memo_key(i: int, c: Constraint, env: Mapping[str, Any]) -> tuple | None:
+    """Constraint `i`'s verdict depends only on which of its names `env` holds and their values;
+    a key of those (with each value's exact type: True and 1 differ), or None where a value is
+    not a plain int, bool or str (then the constraint is evaluated every time)."""
+    key: list[Any] = [i]
+    for name in sorted(c.expr.names):
+        if name not in env:
+            key.append((name,))
+            continue
+        v = env[name]
+        if type(v) not in (int, bool, str):
+            return None
+        key.append((name, type(v), v))
+    return tuple(key)
+
+
 class SearchSpace:
     """The searched subset of a kernel's configs; built by `load_space` or `from_dict`."""
 
@@ -237,14 +253,22 @@ class SearchSpace:
                 return f"parameter {p.name!r} only applies when {conds}"
         return self._rejection(config)
 
-    def _rejection(self, config: Mapping[str, Any]) -> str | None:
-        """`violation` past its parameter checks: the constraints', then the kernel's verdict."""
+    def _rejection(self, config: Mapping[str, Any],
+                   memo: dict[tuple, str | None] | None = None) -> str | None:
+        """`violation` past its parameter checks: the constraints', then the kernel's verdict.
+        `memo` (grid()'s) keeps each constraint's verdict per value of the names it reads."""
         env = self._env(config)
-        for c in self.constraints:
-            try:
-                msg = c.check(env)
-            except (ExprError, ArithmeticError, TypeError) as exc:
-                msg = f"constraint {c.expr.text!r} cannot be evaluated: {exc}"
+        for i, c in enumerate(self.constraints):
+            key = _memo_key(i, c, env) if memo is not None else None
+            if key is not None and key in memo:  # type: ignore[operator]
+                msg = memo[key]  # type: ignore[index]
+            else:
+                try:
+                    msg = c.check(env)
+                except (ExprError, ArithmeticError, TypeError) as exc:
+                    msg = f"constraint {c.expr.text!r} cannot be evaluated: {exc}"
+                if key is not None:
+                    memo[key] = msg  # type: ignore[index]
             if msg:
                 return msg
         try:
@@ -334,9 +358,13 @@ class SearchSpace:
             # An enumerated config passes violation()'s parameter checks by construction (each
             # active parameter takes one of its choices; a parameter requires only earlier ones),
             # so only the constraints and the kernel judge it: half the cost of a large grid.
-            judge = (self._rejection if type(self).violation is SearchSpace.violation
-                     else self.violation)
-            self.__dict__["_grid"] = [c for c in self._enumerate() if judge(c) is None]
+            # A constraint reads a few names, so most configs repeat a verdict already taken.
+            memo: dict[tuple, str | None] = {}
+            if type(self).violation is SearchSpace.violation:
+                keep = [c for c in self._enumerate() if self._rejection(c, memo) is None]
+            else:
+                keep = [c for c in self._enumerate() if self.violation(c) is None]
+            self.__dict__["_grid"] = keep
         return [dict(c) for c in self.__dict__["_grid"]]
 
     def size(self) -> int:

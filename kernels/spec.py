@@ -541,13 +541,50 @@ def same_choice(a: Any, b: Any) -> bool:
     return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
+_PLAIN = (int, str, bool)
+_MISSING = object()
+
+
+# Per choices tuple, by identity (the tuple is held, so its id stays its own): an equality-keyed
+# cache would give (1.0, 2) the table of (1, 2), and (True, False) that of (1, 0).
+_INDEXES: dict[int, tuple[tuple[Any, ...], dict[tuple[type, Any], Any] | None]] = {}
+
+
+def _plain_index(choices: tuple[Any, ...]) -> dict[tuple[type, Any], Any] | None:
+    """The choices as a lookup by (exact type, value), first one kept; None unless every choice
+    is a plain int, str or bool (where that lookup is exactly same_choice's scan)."""
+    hit = _INDEXES.get(id(choices))
+    if hit is not None and hit[0] is choices:
+        return hit[1]
+    out: dict[tuple[type, Any], Any] | None = None
+    if all(type(c) in _PLAIN for c in choices):
+        out = {}
+        for c in choices:
+            out.setdefault((type(c), c), c)
+    if len(_INDEXES) > 4096:
+        _INDEXES.clear()
+    _INDEXES[id(choices)] = (choices, out)
+    return out
+
+
+def _match(v: Any, choices: Sequence[Any]) -> Any:
+    """The first choice same_choice accepts for `v`, else _MISSING. Plain values of a tuple of
+    plain choices are looked up (a search space's grid asks this ~10^6 times); others scanned."""
+    if type(v) in _PLAIN and type(choices) is tuple:
+        index = _plain_index(choices)
+        if index is not None:
+            return index.get((type(v), v), _MISSING)
+    return next((c for c in choices if same_choice(v, c)), _MISSING)
+
+
 def in_choices(v: Any, choices: Sequence[Any]) -> bool:
     """`v in choices`, with bools and ints kept apart (same_choice)."""
-    return any(same_choice(v, c) for c in choices)
+    return _match(v, choices) is not _MISSING
 
 
 def _canonical(v: Any, choices: tuple[Any, ...]) -> Any:
-    return next((c for c in choices if same_choice(v, c)), v)
+    c = _match(v, choices)
+    return v if c is _MISSING else c
 
 
 def check_tensor(name: str, t: Any, *, shape: Sequence[int | None], dtype: torch.dtype,

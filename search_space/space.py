@@ -85,6 +85,22 @@ class Constraint:
         return None if self.expr.evaluate(env) else f"{self.message} ({self.expr.text})"
 
 
+def _memo_key(i: int, c: Constraint, env: Mapping[str, Any]) -> tuple | None:
+    """Constraint `i`'s verdict depends only on which of its names `env` holds and their values;
+    a key of those (with each value's exact type: True and 1 differ), or None where a value is
+    not a plain int, bool or str (then the constraint is evaluated every time)."""
+    key: list[Any] = [i]
+    for name in sorted(c.expr.names):
+        if name not in env:
+            key.append((name,))
+            continue
+        v = env[name]
+        if type(v) not in (int, bool, str):
+            return None
+        key.append((name, type(v), v))
+    return tuple(key)
+
+
 class SearchSpace:
     """The searched subset of a kernel's configs; built by `load_space` or `from_dict`."""
 
@@ -214,10 +230,14 @@ class SearchSpace:
                 "size": len(self.grid())}
 
     # -- configs ---------------------------------------------------------------------------
+    @cached_property
+    def _defaults(self) -> dict[str, Any]:
+        return {kp.name: kp.default for kp in self.kernel.params}
+
     def _env(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Values the constraints see: the config, with the kernel's fixed defaults for the rest."""
         env = dict(config)
-        defaults = {kp.name: kp.default for kp in self.kernel.params}
+        defaults = self._defaults
         for kp in self.kernel.params:
             if kp.name not in env and kp.name not in self.names and kp.active({**defaults, **env}):
                 env[kp.name] = kp.default
@@ -231,12 +251,24 @@ class SearchSpace:
             if p.name in config and not p.active(config):
                 conds = ", ".join(f"{k} in {list(v)}" for k, v in p.requires.items())
                 return f"parameter {p.name!r} only applies when {conds}"
+        return self._rejection(config)
+
+    def _rejection(self, config: Mapping[str, Any],
+                   memo: dict[tuple, str | None] | None = None) -> str | None:
+        """`violation` past its parameter checks: the constraints', then the kernel's verdict.
+        `memo` (grid()'s) keeps each constraint's verdict per value of the names it reads."""
         env = self._env(config)
-        for c in self.constraints:
-            try:
-                msg = c.check(env)
-            except (ExprError, ArithmeticError, TypeError) as exc:
-                msg = f"constraint {c.expr.text!r} cannot be evaluated: {exc}"
+        for i, c in enumerate(self.constraints):
+            key = _memo_key(i, c, env) if memo is not None else None
+            if key is not None and key in memo:  # type: ignore[operator]
+                msg = memo[key]  # type: ignore[index]
+            else:
+                try:
+                    msg = c.check(env)
+                except (ExprError, ArithmeticError, TypeError) as exc:
+                    msg = f"constraint {c.expr.text!r} cannot be evaluated: {exc}"
+                if key is not None:
+                    memo[key] = msg  # type: ignore[index]
             if msg:
                 return msg
         try:
@@ -323,7 +355,16 @@ class SearchSpace:
     def grid(self) -> list[dict[str, Any]]:
         """Every config of the space that the constraints and the kernel accept, in a fixed order."""
         if "_grid" not in self.__dict__:
-            self.__dict__["_grid"] = [c for c in self._enumerate() if self.violation(c) is None]
+            # An enumerated config passes violation()'s parameter checks by construction (each
+            # active parameter takes one of its choices; a parameter requires only earlier ones),
+            # so only the constraints and the kernel judge it: half the cost of a large grid.
+            # A constraint reads a few names, so most configs repeat a verdict already taken.
+            memo: dict[tuple, str | None] = {}
+            if type(self).violation is SearchSpace.violation:
+                keep = [c for c in self._enumerate() if self._rejection(c, memo) is None]
+            else:
+                keep = [c for c in self._enumerate() if self.violation(c) is None]
+            self.__dict__["_grid"] = keep
         return [dict(c) for c in self.__dict__["_grid"]]
 
     def size(self) -> int:

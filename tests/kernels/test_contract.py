@@ -336,6 +336,18 @@ def test_timing_interpreter_is_labelled(kdef, small_axes):
     assert t.min_us <= t.median_us <= t.max_us and t.iqr_us >= 0
 
 
+def test_choice_lookup_agrees_with_same_choice():
+    """in_choices/_canonical look plain values up in a table; the answer is same_choice's scan."""
+    from kernelsearch.kernels.spec import _canonical, in_choices, same_choice
+    choice_sets = [(1, 2, True), (True, False), ("1", 1), (1.0, 2), (1, 1.0), [4, 8], (0, False)]
+    for choices in choice_sets:
+        for v in (1, True, False, 0, 1.0, "1", 2, 8, None):
+            scan = [c for c in choices if same_choice(v, c)]
+            assert in_choices(v, choices) == bool(scan), (v, choices)
+            got = _canonical(v, tuple(choices))
+            assert got is (scan[0] if scan else v) or (type(got), got) == (type(scan[0]), scan[0])
+
+
 def test_timing_stats():
     t = Timing.of([5.0, 1.0, 3.0, 2.0, 4.0], "cupti")
     assert (t.median_us, t.min_us, t.max_us) == (3.0, 1.0, 5.0)

@@ -116,6 +116,16 @@ def test_params_round_trip_and_suggest_stays_in_the_space(name):
     assert space.suggest(study.ask()) == pick
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_grid_is_every_enumerated_config_that_violation_accepts(name):
+    """grid() takes shortcuts (no parameter checks, constraint verdicts kept per value): it must
+    keep exactly the configs violation() accepts, in enumeration order."""
+    space = get_space(name).reduced()
+    everything = list(space._enumerate())
+    assert space.grid() == [c for c in everything if space.violation(c) is None]
+    assert 0 < len(space.grid()) < len(everything)  # the constraints do reject some
+
+
 def test_reduced_space_is_a_subset():
     space = get_space("vision_rope3d_spatial_merge_bwd")
     red = space.reduced()

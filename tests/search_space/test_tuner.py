@@ -16,7 +16,8 @@ from optuna.trial import TrialState
 
 import ks_fake_kernels
 from kernelsearch.search_space.space import SearchSpace, SpaceError
-from kernelsearch.search_space.tuner import SAMPLERS, TuneError, TuneHooks, TuneOptions, study_name, tune_case
+from kernelsearch.search_space.tuner import (SAMPLERS, TuneError, TuneHooks, TuneOptions, make_storage, study_name,
+                                             tune_case)
 
 from ss_helpers import FAKE, HERE, TEST_COMPILE_WORKERS, fake_space
 
@@ -233,7 +234,14 @@ def test_resume_after_a_killed_tuner(ss_store, runner, tmp_path):
         pytest.fail(f"the tuner never reached a second trial (exit code {exited}); "
                     f"its trials: {seen}")
     before = _evaluated(url, name)
-    time.sleep(5.0)  # well past the grace period (3 heartbeats of 1 s) on a loaded machine
+    # Until the dead trial is stale by the rule tune_case applies (the same storage settings:
+    # heartbeats of 1 s, grace of 3), rather than a fixed 5 s.
+    watch = make_storage(url, heartbeat_s=1)
+    study_id = watch.get_study_id_from_name(name)
+    until = time.monotonic() + 60
+    while running._trial_id not in watch._get_stale_trial_ids(study_id):
+        assert time.monotonic() < until, "the killed tuner's trial never went stale"
+        time.sleep(0.2)
     res = tune_case(FAKE, {"n": 8}, store=store, storage=url, runner=runner,
                     space=fake_space(modes=("ok", "slow"), blocks=(16, 32)),
                     options=TuneOptions(n_trials=4, sampler="grid", seed=0, measure_n=2, heartbeat_s=1))

@@ -57,6 +57,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterat
         )
 
 
+@pytest.fixture(autouse=True)
+def _settings_read_per_test() -> Iterator[None]:
+    """The server's settings are cached per process (`get_settings`): each test reads them under
+    its own environment, so a CLI command run by one test never uses another test's database."""
+    from kernelsearch.service.settings import get_settings
+
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
 @pytest.fixture
 def make_db_url(tmp_path) -> Iterator[Callable[[str], str]]:
     """A factory of further empty databases: make_db_url("sqlite") or make_db_url("postgres")

@@ -97,7 +97,10 @@ class Backends:
             log.warning("kernelsearch lookups not prepared: %s", exc)
 
     def reset(self) -> None:
-        """Forget connections and the sources' down state (tests; a changed environment)."""
+        """Forget connections and the sources' down state (tests; a changed environment), once
+        the background work under way has ended: an upload begun for the old store or service
+        must not land in the new one."""
+        self.drain(30.0)
         with self._lock:
             self._made_for = None
             self._submitted.clear()

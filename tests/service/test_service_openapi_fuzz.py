@@ -35,7 +35,7 @@ _URL = f"sqlite:///{_TMP.name}/fuzz.db"
 KERNEL_DEPENDENT = {("GET", "/v1/best"), ("GET", "/case"), ("POST", "/v1/jobs"),
                     ("POST", "/v1/records"), ("POST", "/v1/kernels"),
                     ("PUT", "/v1/helion/entries/{key}"), ("POST", "/v1/helion/jobs"),
-                    ("POST", "/v1/artifacts")}
+                    ("POST", "/v1/artifacts"), ("POST", "/v1/helion/entries/{key}/artifacts")}
 
 
 def _app():

@@ -86,6 +86,10 @@ class Autotuner(TritonAutotuner):
         self.sources: dict[tuple, Source] = {}
         self._resolved: dict[tuple, Resolution] = {}
         self._lock = threading.RLock()
+        # Triton's Autotuner keeps a call's arguments on itself (`nargs`, read by its benchmark and
+        # its restore/reset hooks): one call at a time per kernel, as two threads' calls would
+        # restore each other's tensors.
+        self._calls = threading.RLock()
         self._meta_names = frozenset(k for c in self.configs for k in c.kwargs)
         # An undeclared kernel's definition, made at its first call (its dtypes come from it).
         self.undeclared: UndeclaredKernel | None = None
@@ -139,6 +143,10 @@ class Autotuner(TritonAutotuner):
         forced = getattr(FORCED, "configs", {}).get(id(self))
         if forced is not None:
             return run_forced(self, forced, args, kwargs)
+        with self._calls:
+            return self._run(args, kwargs)
+
+    def _run(self, args: tuple, kwargs: dict) -> Any:
         self.nargs = dict(zip(self.arg_names, args))
         try:
             if len(self.configs) == 1 and self.kernel_def is None:

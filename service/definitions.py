@@ -61,6 +61,15 @@ def register_definition(doc: Mapping[str, Any], store: Any | None = None) -> Und
     return kdef
 
 
+def define(store: Any, doc: Mapping[str, Any]) -> UndeclaredKernel:
+    """Register `doc` in this process and save it in `store`: what POST /v1/kernels does, and
+    what a user's process does with its local store, so the acceptance that follows checks the
+    call against this definition, never an older one of the same name this process knew."""
+    kdef = register_definition(doc, store=store)
+    store.save_definition(kdef.name, kdef.definition.as_json())
+    return kdef
+
+
 def restore_definitions(store: Any, docs: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """Register the store's definitions, then those of `docs` (a records document's `kernels`)
     that the store lacks: an import gates and keeps the records of kernels this store never

@@ -196,12 +196,13 @@ class Backends:
                 self.failed("service", exc)
         if self.store is not None:
             from kernelsearch.kernels import registry
+            from kernelsearch.service.definitions import define
             from kernelsearch.service.job_acceptance import JobRefused, accept_job
             from kernelsearch.service.settings import Settings
 
             try:
                 if definition is not None:
-                    self.store.save_definition(key.kernel, dict(definition))
+                    define(self.store, definition)
                 accept_job(self.store, Settings(), registry.get_kernel(key.kernel), cases,
                            n_trials, "grid", capture=capture)
                 return
@@ -241,7 +242,9 @@ class Backends:
         if self.store is not None:
             try:
                 if definition is not None:
-                    self.store.save_definition(record.kernel, dict(definition))
+                    from kernelsearch.service.definitions import define
+
+                    define(self.store, definition)
                 self.store.ensure_device(record.device_info or {"name": record.device})
                 view, _ = self.store.upsert_best(gated)
                 self._stored(record, view.id)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException
 
 from .. import schemas
-from ..definitions import DefinitionConflict, register_definition
+from ..definitions import DefinitionConflict, define
 from ..deps import StoreDep, require_writer
 from .common import WRITE_ERRORS
 
@@ -20,10 +20,9 @@ def register_kernel(body: schemas.DefinitionIn, store: StoreDep) -> Any:
     """Register (or update) an undeclared kernel: its identity, key and configs. 409 for a
     declared kernel's name, or for another module's kernel of that name which has records."""
     try:
-        kdef = register_definition(body.model_dump(), store=store)
+        kdef = define(store, body.model_dump())
     except DefinitionConflict as exc:
         raise HTTPException(409, str(exc)) from None
     except ValueError as exc:
         raise HTTPException(422, f"definition: {exc}") from None
-    store.save_definition(kdef.name, kdef.definition.as_json())
     return {**kdef.describe(), "extra_axes": []}

@@ -234,7 +234,8 @@ def test_a_capture_the_route_refuses_is_refused_on_the_decorators_fallback_too(
         sqlite_store, monkeypatch, caplog) -> None:
     """With the local store only, a miss's job passes the routes' own acceptance (`accept_job`):
     a call of a module no worker imports is refused here as POST /v1/jobs refuses it (422), not
-    queued to fail later on a worker; once the operator allows the module, it is queued."""
+    queued to fail later on a worker; once the operator allows the module, it is queued, checked
+    against the definition the call sends."""
     import ks_undeclared_user as u
 
     from kernelsearch.backends import BACKENDS
@@ -244,6 +245,13 @@ def test_a_capture_the_route_refuses_is_refused_on_the_decorators_fallback_too(
     for allowed in (False, True):
         if allowed:
             monkeypatch.setenv("KS_JOB_MODULES", "ks_undeclared_user")
+            # This process knew an older definition of the name (one more config to search):
+            # the call's job is checked against the definition it sends, not that one.
+            from kernelsearch.kernels import registry
+            from kernelsearch.service.definitions import register_definition
+
+            older = registry.get_kernel(NAME).definition.as_json()
+            register_definition({**older, "search_space": [{"BLOCK": 256, "num_warps": 4}]})
         u.scale_kernel.forget()
         BACKENDS.reset()
         u.scale(torch.randn(200))

@@ -13,9 +13,9 @@ from kernelsearch.kernels.spec import config_key
 from .trial_child import _import_modules, _tiny_launch
 
 
-def _compile_init(modules: Sequence[str]) -> None:
+def _compile_init(modules: Sequence[str], optional: Sequence[str] = ()) -> None:
     """Runs once in each pool process: imports, the CUDA context, launches turned into warmups."""
-    _import_modules(modules)
+    _import_modules(modules, optional)
     import torch
 
     from kernelsearch.kernels.device import default_device

@@ -88,7 +88,11 @@ class TrialRunner:
         self.startup_timeout_s = float(startup_timeout_s)
         from kernelsearch.kernels import registry
 
-        self.kernel_modules = tuple(dict.fromkeys([*registry.plugin_modules(), *kernel_modules]))
+        # Named modules must import in the child; those that only registered kernels in this
+        # process are imported where they can be (trial_child._import_modules).
+        self.kernel_modules = tuple(dict.fromkeys(kernel_modules))
+        self.registered_modules = tuple(m for m in registry.plugin_modules()
+                                        if m not in self.kernel_modules)
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
@@ -147,7 +151,8 @@ class TrialRunner:
             return
         self._stop_child()
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_child_main, args=(child, self.kernel_modules, os.getpid()),
+        proc = self._ctx.Process(target=_child_main,
+                                 args=(child, self.kernel_modules, os.getpid(), self.registered_modules),
                                  name="ks-trial-runner", daemon=True)
         proc.start()
         child.close()
@@ -213,7 +218,7 @@ class TrialRunner:
         before = set(mp.active_children())
         self._pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self._ctx,
                                             initializer=_compile_init,
-                                            initargs=(self.kernel_modules,))
+                                            initargs=(self.kernel_modules, self.registered_modules))
         # The pool spawns a process per submitted task while none is idle: one task per worker
         # starts them all now, not one by one as configs arrive.
         self._warming = [self._pool.submit(_warm_worker) for _ in range(n)]

@@ -29,14 +29,23 @@ def _kernel_of(req: Mapping[str, Any]) -> Any:
     return resolve(req["kernel"], req.get("module"))
 
 
-def _import_modules(modules: Sequence[str]) -> None:
-    """See the parent's kernels: the registry's plugins, then the modules the parent named (those
-    that registered kernels there); a module that fails raises a PluginLoadError naming it."""
+def _import_modules(modules: Sequence[str], optional: Sequence[str] = ()) -> None:
+    """See the parent's kernels: the registry's plugins, then the modules the parent named (a
+    module that fails raises a PluginLoadError naming it), then those that merely registered
+    kernels there (`optional`): one this child cannot import (the parent loaded it from a path
+    it no longer has) costs its own kernels here, logged, never the child and every other job."""
     from kernelsearch.kernels import registry
 
     registry.load_plugins()
     for m in modules:
         registry.load_module(m)
+    for m in optional:
+        if m in modules:
+            continue
+        try:
+            registry.load_module(m)
+        except registry.PluginLoadError as exc:
+            log.warning("trial child: %s; its kernels do not run here", exc)
 
 
 def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
@@ -149,13 +158,14 @@ def _warm_child() -> None:
         log.warning("trial runner warm-up failed: %s", exc)
 
 
-def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None) -> None:
+def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None,
+                optional: Sequence[str] = ()) -> None:
     """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU).
     Killed with its parent: a worker killed mid-trial takes its trial (and a hung kernel's
     process and device memory) with it, instead of leaving it to run with nobody to end it."""
     if parent_pid is not None:
         die_with_parent(signal.SIGKILL, parent_pid)
-    _import_modules(modules)
+    _import_modules(modules, optional)
     from kernelsearch.kernels.check import InputCache
     from kernelsearch.kernels.device import device_info, versions
 

@@ -81,7 +81,7 @@ def test_tuned_stored_and_served_without_crossing_dtypes(ss_store):
 
     store, url = ss_store
     with TrialRunner(trial_timeout_s=60, compile_workers=0) as r:
-        assert "ks_user_axpy" in r.kernel_modules  # the child learns the kernel from its module
+        assert "ks_user_axpy" in r.registered_modules  # the child learns the kernel from its module
         res = tune_case(ks_user_axpy.NAME, FP16, store=store, storage=url, runner=r,
                         options=TuneOptions(n_trials=3, sampler="grid", seed=0, measure_n=2))
     assert res.trials.n_complete == 3 and res.trials.n_failed == 0

@@ -112,3 +112,18 @@ def test_trial_limit_fits_the_device():
         want = GPU_TRIAL_TIMEOUT_S if r.on_gpu else INTERPRETER_TRIAL_TIMEOUT_S
         assert r.trial_timeout_s == want
     assert TrialRunner(trial_timeout_s=7).trial_timeout_s == 7
+
+
+def test_a_registered_module_the_child_cannot_import_costs_only_its_kernels(monkeypatch):
+    """A kernel registered here from a module the child cannot import (loaded from a path this
+    process has since dropped) leaves the child running every other kernel; a module named in
+    `kernel_modules` that fails still stops the child, naming it."""
+    from kernelsearch.kernels import registry
+
+    monkeypatch.setattr(registry, "plugin_modules", lambda: ["ks_no_longer_on_the_path"])
+    with TrialRunner(trial_timeout_s=20.0, kernel_modules=["ks_fake_kernels"]) as r:
+        assert r.registered_modules == ("ks_no_longer_on_the_path",)
+        assert r.run(FAKE, {"n": 8}, {"MODE": "ok", "BLOCK": 16}, measure_n=2).ok
+    with TrialRunner(trial_timeout_s=20.0, kernel_modules=["ks_no_longer_on_the_path"]) as r:
+        with pytest.raises(RuntimeError, match="died while starting"):
+            r.start()

@@ -233,6 +233,16 @@ def jit_handles(jit_fn: Any) -> list[Any]:
         return []
 
 
+def helion_handles(bound: Any) -> list[Any]:
+    """The compiled Triton kernels of a Helion bound kernel's chosen config in this process:
+    its generated code's `_helion_<name>` JITFunction, as Helion's own Triton backend reads
+    them (`compiled_cache_key`); empty until the kernel has run."""
+    run = getattr(bound, "_run", None)
+    name = getattr(getattr(bound, "kernel", None), "name", None)
+    jit = getattr(run, "__globals__", {}).get(f"_helion_{name}") if name else None
+    return jit_handles(jit) if jit is not None else []
+
+
 def compiled_ref(handle: Any) -> dict[str, Any] | None:
     """What a worker keeps of a trial's compiled kernel to store its group beside the record:
     Triton's cache key, the group's metadata file name and this host's environment (read where

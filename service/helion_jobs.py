@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from kernelsearch.kernels.capture import CaptureBounds
 
     from .settings import Settings
+
+log = logging.getLogger(__name__)
 
 KIND = "helion"
 VERSION = 1
@@ -208,6 +211,9 @@ class TunedEntry:
     config: dict[str, Any]
     checked: bool | None
     hardware: str
+    # The compile groups of the config as the child compiled it (kernels.compiled.compiled_ref),
+    # stored beside the entry; none under the interpreter.
+    compiled: list[dict[str, Any]] = field(default_factory=list)
 
 
 def import_kernel(job: HelionJob) -> Any:
@@ -308,10 +314,27 @@ def tune_here(job: HelionJob, worker: str) -> TunedEntry:
             checked = getattr(settings, "autotune_accuracy_check", None)
             return TunedEntry(key=key, data=data, config=json.loads(config.to_json()),
                               checked=checked if isinstance(checked, bool) else None,
-                              hardware=str(cache.key.hardware))
+                              hardware=str(cache.key.hardware),
+                              compiled=_compiled_of(bound, config, args))
         finally:
             for k, v in saved.items():
                 setattr(settings, k, v)
+
+
+def _compiled_of(bound: Any, config: Any, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """The tuned config run once on the call, as a served host will run it: the compile groups
+    of the Triton kernels Helion generated for it, to store beside the entry. None under the
+    interpreter; a failure here costs the artifacts only (hosts compile as before)."""
+    from kernelsearch.kernels.compiled import compiled_ref, helion_handles
+
+    try:
+        bound.set_config(config)
+        bound(*args)
+        return [ref for ref in map(compiled_ref, helion_handles(bound)) if ref is not None]
+    except Exception as exc:  # noqa: BLE001 - the entry stands without its compiled kernel
+        log.warning("%s: the tuned config's compiled kernel is not stored: %s: %s",
+                    bound.kernel.name, type(exc).__name__, exc)
+        return []
 
 
 __all__ = ["HelionJob", "HelionJobCrashed", "HelionJobError", "KIND", "SAMPLER", "SETTINGS",

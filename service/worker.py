@@ -387,6 +387,7 @@ class Worker:
         the job back as for a captured Triton call."""
         from kernelsearch.kernels.capture import KernelModuleUnavailable
         from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
+        from kernelsearch.search_space.compiled import store_helion_compiled
 
         from . import helion_jobs
         from .job_child import JobChildStopped
@@ -425,9 +426,12 @@ class Worker:
                                     host=socket.gethostname(), origin=RecordOrigin.WORKER)
         except RecordRejected as exc:
             return JobStatus.FAILED, f"the tuned entry was refused by the gate: {exc}"
-        self.store.under_lease(held).put_helion_entry(entry)
+        fenced = self.store.under_lease(held)
+        fenced.put_helion_entry(entry)
+        stored = sum(store_helion_compiled(fenced, tuned.key, ref) for ref in tuned.compiled)
         self.store.update_job_progress(held, trials_done=1, device=tuned.hardware,
-                                       best={"helion_key": tuned.key, "config": tuned.config})
+                                       best={"helion_key": tuned.key, "config": tuned.config,
+                                             "compiled_groups": stored})
         if self.on_records_changed is not None:
             self.on_records_changed()
         return JobStatus.SUCCEEDED, None

@@ -162,14 +162,10 @@ _MISS: tuple[str | None, bool] = (None, False)
 
 
 def _compiled_kernels(bound: Any) -> list[Any]:
-    """The compiled Triton kernels of a Helion bound kernel's chosen config in this process:
-    its generated code's `_helion_<name>` JITFunction, as Helion's own Triton backend reads
-    them (`compiled_cache_key`); empty until the kernel has run."""
+    """kernels.compiled.helion_handles: the compiled kernels of the bound kernel's config here."""
     from kernelsearch.kernels import compiled
 
-    run = getattr(bound, "_run", None)
-    jit = getattr(run, "__globals__", {}).get(f"_helion_{bound.kernel.name}")
-    return compiled.jit_handles(jit) if jit is not None else []
+    return compiled.helion_handles(bound)
 
 
 def _key_doc(cache: Any) -> dict[str, Any]:

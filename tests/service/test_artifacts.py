@@ -450,3 +450,42 @@ def test_helion_s_first_host_uploads_its_kernel_and_a_served_host_installs_it(
     monkeypatch.setenv(compiled.ENV_OVERRIDE, json.dumps({"triton": "3.7.0"}))
     artifacts.reset()
     assert KernelsearchBackend().get(key) == data and local_group() is None
+
+
+def test_a_helion_worker_stores_the_compiled_kernel_of_the_config_it_tuned(
+        sqlite_store: Store, tmp_path: Path) -> None:
+    """The worker's child runs the tuned config once on the call and hands back the compile
+    groups of the Triton kernel Helion generated (`_compiled_of`); the worker stores them beside
+    the entry it put, fenced by the job's lease. A config that fails to run costs the groups,
+    never the entry."""
+    from kernelsearch.search_space.compiled import store_helion_compiled
+    from kernelsearch.service.helion_jobs import _compiled_of
+
+    key = _helion_entry(sqlite_store)
+    assert artifacts.install([wire()]) == 1  # the child's compile, in this host's Triton cache
+    jit = type("JIT", (), {"device_caches": {0: ({"spec": handle_of(tmp_path, FILES)}, None)}})()
+    ran: list[tuple[Any, ...]] = []
+
+    class Bound:
+        kernel = type("K", (), {"name": "k"})()
+        _run = None
+
+        def set_config(self, config: Any) -> None:
+            self._run = types.FunctionType((lambda: None).__code__, {"_helion_k": jit})
+
+        def __call__(self, *args: Any) -> None:
+            ran.append(args)
+
+    refs = _compiled_of(Bound(), {"block_sizes": [8]}, (1, 2))
+    assert ran == [(1, 2)] and refs == [{"cache_key": KEY, "group": "k.json", "env": ENV}]
+    assert store_helion_compiled(sqlite_store, key, refs[0])
+    [stored] = sqlite_store.artifacts_of_helion_entry(key, FP)
+    assert stored.files == FILES and stored.origin == "worker"
+
+    class Broken(Bound):
+        def __call__(self, *args: Any) -> None:
+            raise RuntimeError("out of resources")
+
+    assert _compiled_of(Broken(), {"block_sizes": [8]}, (1, 2)) == []
+    other = hashlib.sha256(b"no such entry").hexdigest()
+    assert not store_helion_compiled(sqlite_store, other, refs[0])  # no entry: nothing stored

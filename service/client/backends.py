@@ -42,6 +42,7 @@ class Backends:
         self._made_for: tuple | None = None
         self._submitted: set[Key] = set()
         self._pending = 0  # background work the process waits for at exit (`drain`)
+        self._threads: list[threading.Thread] = []  # its threads, joined by `drain`
         self._idle = threading.Condition(self._lock)
         # Told (record, its id in the store or None) of each record stored from this process
         # (`kernelsearch.artifacts` uploads the compile group of its config beside it).
@@ -274,7 +275,11 @@ class Backends:
                     self._pending -= 1
                     self._idle.notify_all()
 
-        return in_daemon_thread(body)
+        fut = in_daemon_thread(body)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(fut.thread)
+        return fut
 
     def upload_in_background(self, record: Any, definition: Mapping[str, Any] | None) -> None:
         """`upload` off the caller's thread; the process waits for it at exit (`drain`)."""
@@ -292,6 +297,15 @@ class Backends:
         with self._lock:
             while self._pending and time.monotonic() < deadline:
                 self._idle.wait(max(0.0, deadline - time.monotonic()))
+            threads, self._threads = self._threads, []
+        # Then their threads' ends: a thread past its work still frees what the work held (a
+        # share check's tensors, in torch's C++); a daemon thread doing so when the interpreter
+        # finalises aborts the process ("terminate called without an active exception").
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            self._threads[:0] = [t for t in threads if t.is_alive()]
 
 
 BACKENDS = Backends()
@@ -306,9 +320,15 @@ def _record_json(record: Any) -> dict[str, Any]:
     return out
 
 
-def in_daemon_thread(fn: Callable[[], Any]) -> Future:
+class ThreadFuture(Future):
+    """A Future with the daemon thread that runs its work (`Backends.drain` joins it)."""
+
+    thread: threading.Thread
+
+
+def in_daemon_thread(fn: Callable[[], Any]) -> ThreadFuture:
     """Run `fn` in a daemon thread: a lookup stuck in a socket never holds up the caller or exit."""
-    fut: Future = Future()
+    fut = ThreadFuture()
 
     def body() -> None:
         try:
@@ -316,5 +336,6 @@ def in_daemon_thread(fn: Callable[[], Any]) -> Future:
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
             fut.set_exception(exc)
 
-    threading.Thread(target=body, name="kernelsearch-backends", daemon=True).start()
+    fut.thread = threading.Thread(target=body, name="kernelsearch-backends", daemon=True)
+    fut.thread.start()
     return fut

@@ -187,6 +187,16 @@ def _driver_version() -> str:
     return " ".join(parts)
 
 
+def compiles_here() -> bool:
+    """Whether a Triton backend compiles on this host (a GPU's driver is active): under the
+    interpreter nothing is compiled, so there is no compile group to install or share."""
+    try:
+        _host_environment()
+        return True
+    except Exception:  # noqa: BLE001 - no active driver (Triton's RuntimeError), no target
+        return False
+
+
 def environment() -> dict[str, str]:
     """What Triton's cache key leaves out and a loaded binary depends on: the device target
     (compute capability), the driver, ptxas and the Triton build; `KS_ARTIFACT_ENV` (JSON)

@@ -173,6 +173,8 @@ def before_first_launch(kernel: str, found: Any) -> None:
     """A served key on this host, before its first launch: install its record's compile groups
     (once per record and process). Inside the guard: any failure is a compile as today."""
     def body() -> None:
+        if not compiled.compiles_here():
+            return
         _await_prefetch()
         rid = record_id_of(found)
         if rid is None:
@@ -191,6 +193,8 @@ def group_for_cache_key(cache_key: str) -> bool:
     (one request per key and process; none after a prefetch); whether it is there now.
     Never raises (a failure is a miss: Triton compiles)."""
     def body() -> bool:
+        if not compiled.compiles_here():
+            return False
         _await_prefetch()
         with _lock:
             asked = cache_key in _asked_keys
@@ -245,7 +249,7 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
 
         client, store = _backends(slow=True)
         name = device or (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
-        if name is None:
+        if name is None or not compiled.compiles_here():
             return 0
         fp = compiled.fingerprint()
         sets: list[dict[str, Any]] = []
@@ -290,6 +294,8 @@ def before_helion_compile(key: str) -> int:
     before Helion compiles it, so Triton's cache hits. Once per key and process; how many sets
     were installed. Never raises: a failure is a compile as today."""
     def body() -> int:
+        if not compiled.compiles_here():
+            return 0
         with _lock:
             if f"helion:{key}" in _asked_keys:
                 return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import time
 import types
 from collections.abc import Iterator
@@ -44,6 +45,10 @@ def b64(d: bytes) -> str:
 def body(record_id: int, files: dict[str, bytes] | None = None, **kw: Any) -> dict[str, Any]:
     return {"record_id": record_id, "cache_key": KEY, "group": "k.json", "env": ENV,
             "files": {n: b64(d) for n, d in (FILES if files is None else files).items()}, **kw}
+
+
+# The host's own environment, before the fixture below stands in a GPU host's.
+REAL_HOST_ENVIRONMENT = compiled._host_environment
 
 
 @pytest.fixture(autouse=True)
@@ -225,6 +230,30 @@ def test_a_host_that_shared_a_key_uploads_its_group_and_the_next_host_installs_i
     found = Found(config=view.config, match=Match.EXACT, source="store", record=view)
     artifacts.before_first_launch(KA, found)
     assert local_group() == FILES and artifacts.STATS.installed == 1
+
+
+def test_under_the_interpreter_a_served_key_installs_nothing_and_says_nothing(
+        local_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """No GPU driver: nothing compiles here, so nothing is fetched or installed, and a served
+    key's first launch warns of nothing (it warned "0 active drivers" on every served key)."""
+    import torch
+
+    from kernelsearch.kernels.resolve import Found, Match
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU's driver is active here: this host compiles")
+    monkeypatch.setattr(compiled, "_host_environment", REAL_HOST_ENVIRONMENT)
+    assert not compiled.compiles_here()
+    view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+                              files=FILES, origin="worker")
+    with caplog.at_level(logging.INFO):
+        artifacts.before_first_launch(KA, Found(config=view.config, match=Match.EXACT,
+                                                source="store", record=view))
+        assert artifacts.prefetch(device=H200) == 0
+        assert not artifacts.group_for_cache_key(KEY)
+    assert artifacts.STATS.fetched_sets == 0 and artifacts.STATS.installed == 0
+    assert local_group() is None and "failed" not in caplog.text
 
 
 def test_the_cache_manager_serves_a_missed_compile_group(local_store: Store) -> None:

@@ -167,6 +167,24 @@ class Job(Base):
     capture: Mapped[dict[str, Any] | None]
 
 
+class CallCapture(Base):
+    """A call of an undeclared kernel that a user's process met and tuned itself (no job): kept
+    so a search of its key (`kernelsearch search --from-captures`) has a call to run, as a
+    job's `capture` is. One row per distinct call (its digest) of a kernel."""
+
+    __tablename__ = "ks_captures"
+    __table_args__ = (UniqueConstraint("kernel_id", "digest"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("ks_kernels.id", ondelete="CASCADE"),
+                                           index=True)
+    axes: Mapped[dict[str, Any]]
+    axes_key: Mapped[str] = mapped_column(String(500))
+    digest: Mapped[str] = mapped_column(String(64))
+    capture: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Record(Base):
     """A tuned result for (kernel, case, device). At most one is current per key; the others are
     history, each pointing at the record that superseded it.

@@ -99,9 +99,9 @@ def _stored_calls(kernel: str, case: list[str], url: str | None,
     except StoreError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    how = ("an undeclared kernel is tuned on a call of it: a process calling it under "
-           "@kernelsearch.autotune with KS_AUTOTUNE_FALLBACK=first or nearest and the service up "
-           "stores one with the job it queues")
+    from .job_acceptance import CALLS_STORED_BY
+
+    how = f"an undeclared kernel is tuned on a call of it: {CALLS_STORED_BY}"
     if not stored:
         typer.echo(f"error: {kernel}: no call of it is stored to tune on; {how}", err=True)
         raise typer.Exit(2)

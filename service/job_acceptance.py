@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from kernelsearch.db.views import JobView
 
 
+# How an undeclared kernel's call comes to be stored: the end of every "no stored call" message.
+CALLS_STORED_BY = ("a process calling it under @kernelsearch.autotune stores one, with the job it "
+                   "queues (KS_AUTOTUNE_FALLBACK=first or nearest) or with the config it tuned "
+                   "and shared (the default), where the workers trust its module (KS_JOB_MODULES)")
+
+
 class JobRefused(ValueError):
     """A job the queue does not take: 422 (a field or a limit), 429 (the queue is full)."""
 
@@ -64,6 +70,21 @@ def accept_job(store: ServiceStore, settings: Settings, k: Any,
     if known and sampler not in known:
         raise JobRefused(f"sampler: unknown {sampler!r}; known: {', '.join(known)}")
     return _queue(store, settings, k.name, valid, n_trials, sampler, timeout_s=timeout_s, capture=cap)
+
+
+def accept_capture(store: ServiceStore, settings: Settings, k: Any,
+                   capture: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Keep a call of undeclared kernel `k` that a user's process tuned itself (no job), once it
+    passes what a job's capture passes (a module the workers trust, the definition, this
+    service's bounds), so a later search of its key has a call to run: (its case, whether it is
+    new)."""
+    from kernelsearch.kernels.capture import Capture
+
+    cap = dict(capture)
+    _check_capture(k, cap, None, settings)
+    parsed = Capture.from_json(cap)
+    axes = k.validate_axes(parsed.case_axes(k.definition) or {})
+    return axes, store.save_capture(k.name, axes, cap, parsed.digest)
 
 
 def accept_helion_job(store: ServiceStore, settings: Settings, key: str,
@@ -116,16 +137,15 @@ def _stored_capture(k: UndeclaredKernel, cases: list[dict[str, Any]],
     got = stored.get(axes_key(cases[0]))
     if got is None:
         raise JobRefused(f"cases[0]: {k.name} is an undeclared kernel and no call of it for this "
-                         f"case is stored to tune on (a process calling it under "
-                         f"@kernelsearch.autotune with KS_AUTOTUNE_FALLBACK=first or nearest "
-                         f"stores one with the job it queues){_captured_text(k, store)}")
+                         f"case is stored to tune on ({CALLS_STORED_BY}){_captured_text(k, store)}")
     return got
 
 
-def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]],
+def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]] | None,
                    settings: Settings) -> None:
-    """A capture belongs to an undeclared kernel's job of the one case its call has, of a
-    module the workers trust, within the bounds of what a worker runs."""
+    """A capture belongs to an undeclared kernel's job of the one case its call has (`cases`;
+    None: a call kept without a job), of a module the workers trust, within the bounds of what
+    a worker runs."""
     from kernelsearch.kernels.capture import Capture, CaptureError
 
     if not isinstance(k, UndeclaredKernel):
@@ -141,6 +161,14 @@ def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]],
     except CaptureError as exc:
         raise JobRefused(str(exc)) from None
     axes = cap.case_axes(k.definition)
+    if cases is None:
+        if axes is None:
+            raise JobRefused(f"capture: the call gives no case of {k.name}'s key")
+        try:
+            k.validate_axes(axes)
+        except ValueError as exc:
+            raise JobRefused(f"capture: {exc}") from None
+        return
     if len(cases) != 1 or axes is None or k.validate_axes(axes) != cases[0]:
         raise JobRefused(f"cases: a job with a capture tunes the captured call's case ({axes}), "
                          f"got {cases}")

@@ -21,6 +21,7 @@ from kernelsearch.db.views import Accepted, JobView, RecordIn
 if TYPE_CHECKING:
     from kernelsearch.kernels.spec import KernelDef
 
+from .job_acceptance import CALLS_STORED_BY
 from .settings import Settings
 
 SEARCH = "search"  # the job's sampler: what tells a search job from a tuning job
@@ -42,9 +43,8 @@ def queue_searches(store: Any, settings: Settings, kernel: str | None = None) ->
     for name in names:
         calls = store.kernel_captures(name)
         if kernel and not calls:
-            raise ValueError(f"kernel: {name} has no stored call to search from (a process "
-                             f"calling it under @kernelsearch.autotune with KS_AUTOTUNE_FALLBACK="
-                             f"first or nearest stores one with its job)")
+            raise ValueError(f"kernel: {name} has no stored call to search from "
+                             f"({CALLS_STORED_BY})")
         for axes, capture in calls:
             job, existing = store.queue_job(name, [axes], settings.search_trials, SEARCH,
                                             settings.search_seconds * 2, settings.max_queued_jobs,

@@ -8,8 +8,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ..checks import axes_key
-from ..models import Job, Kernel, kernel_named
-from ._base import RepoBase
+from ..models import CallCapture, Job, Kernel, kernel_named, utcnow
+from ._base import RepoBase, rowcount
 
 
 class KernelRepo(RepoBase):
@@ -36,14 +36,41 @@ class KernelRepo(RepoBase):
 
         return self._tx(q, write=False)
 
+    def save_capture(self, kernel: str, axes: dict[str, Any], capture: dict[str, Any],
+                     digest: str) -> bool:
+        """Keep a call of `kernel` a user's process met and tuned itself (no job carries it);
+        True when it is new (a call is kept once per kernel, by its digest). The caller checks
+        it first (service.job_acceptance.accept_capture)."""
+
+        def tx(s: Session) -> bool:
+            kernel_id = self._kernel_id(s, kernel)
+            ins = self._insert(s, CallCapture).values(
+                kernel_id=kernel_id, axes=dict(axes), axes_key=axes_key(dict(axes)), digest=digest,
+                capture=dict(capture), created_at=utcnow())
+            return rowcount(s.execute(ins.on_conflict_do_nothing(
+                index_elements=["kernel_id", "digest"]))) > 0
+
+        return self._tx(tx, write=True)
+
+    def _calls(self, s: Session, kernel: str, limit: int) -> list[tuple[Any, Any]]:
+        """(cases, capture) of the kernel's newest `limit` jobs, then of its newest `limit` calls
+        kept without a job (`save_capture`), each as a one-case list."""
+        jobs = s.execute(select(Job.cases, Job.capture).join(Kernel, Kernel.id == Job.kernel_id)
+                         .where(kernel_named(kernel)).order_by(Job.id.desc()).limit(limit)).all()
+        kept = s.execute(select(CallCapture.axes, CallCapture.capture)
+                         .join(Kernel, Kernel.id == CallCapture.kernel_id)
+                         .where(kernel_named(kernel)).order_by(CallCapture.id.desc())
+                         .limit(limit)).all()
+        return [(cases, capture) for cases, capture in jobs] + [([axes], c) for axes, c in kept]
+
     def kernel_captures(self, kernel: str, limit: int = 1000) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """The calls stored with this kernel's jobs (`Job.capture`), newest first, one per case:
+        """The calls stored with this kernel's jobs (`Job.capture`) and kept without one
+        (`save_capture`), newest first, one per case:
         (the case's axes, the capture). What an undeclared kernel is tuned on again (`tune NAME`,
         a job submitted without a capture); the kernel's newest `limit` jobs are read."""
 
         def q(s: Session) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-            rows = s.execute(select(Job.cases, Job.capture).join(Kernel, Kernel.id == Job.kernel_id)
-                             .where(kernel_named(kernel)).order_by(Job.id.desc()).limit(limit)).all()
+            rows = self._calls(s, kernel, limit)
             out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
             for cases, capture in rows:
                 if isinstance(capture, dict) and isinstance(cases, list) and len(cases) == 1:
@@ -59,8 +86,7 @@ class KernelRepo(RepoBase):
         want = axes_key(dict(axes))
 
         def q(s: Session) -> list[dict[str, Any]]:
-            rows = s.execute(select(Job.cases, Job.capture).join(Kernel, Kernel.id == Job.kernel_id)
-                             .where(kernel_named(kernel)).order_by(Job.id.desc()).limit(limit)).all()
+            rows = self._calls(s, kernel, limit)
             out: list[dict[str, Any]] = []
             for cases, capture in rows:
                 if (isinstance(capture, dict) and isinstance(cases, list) and len(cases) == 1

@@ -215,6 +215,38 @@ class Backends:
         with self._lock:
             self._submitted.discard(key)  # nobody took it: try again on a later lookup
 
+    def keep_capture(self, key: Key, capture: Mapping[str, Any]) -> None:
+        """Keep the call of a key this process tuned and shared (its definition registered by
+        the upload), so a search of the key has it: the service first (POST /v1/captures), else
+        the local store, through the routes' own acceptance (`accept_capture`). A refusal (a
+        module the workers do not trust, a call beyond the bounds) is logged, never retried."""
+        if self.writer is not None and self.up("service"):
+            from .rest_client import ClientError
+
+            try:
+                self.writer.keep_capture(key.kernel, capture)
+                return
+            except ClientError as exc:
+                if 0 < exc.status < 500:
+                    log.info("the call of %s %s is not kept for a search: %s", key.kernel,
+                             key.axes_dict, exc)
+                    return
+                self.failed("service", exc)
+            except Exception as exc:
+                self.failed("service", exc)
+        if self.store is not None:
+            from kernelsearch.kernels import registry
+            from kernelsearch.service.job_acceptance import JobRefused, accept_capture
+            from kernelsearch.service.settings import Settings
+
+            try:
+                accept_capture(self.store, Settings(), registry.get_kernel(key.kernel), capture)
+            except JobRefused as exc:
+                log.info("the call of %s %s is not kept for a search: %s", key.kernel,
+                         key.axes_dict, exc)
+            except Exception as exc:
+                log.warning("could not keep the call of %s %s: %s", key.kernel, key.axes_dict, exc)
+
     def upload(self, record: Any, definition: Mapping[str, Any] | None = None) -> bool:
         """Store a record tuned in this process: through the service, else in the local store;
         False when neither took it (or the acceptance gate refused it). An undeclared kernel's

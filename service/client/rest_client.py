@@ -210,6 +210,10 @@ class Client:
         return self._request("POST", "/v1/helion/jobs", json={"key": key, "capture": dict(capture)})
 
     # -- jobs ---------------------------------------------------------------------------------
+    def keep_capture(self, kernel: str, capture: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /v1/captures: keep a call this process tuned itself, for a search of its key."""
+        return self._request("POST", "/v1/captures", json={"kernel": kernel, "capture": dict(capture)})
+
     def submit_job(self, kernel: str, cases: Sequence[Mapping[str, int]] | Literal["all"],
                    n_trials: int, sampler: str | None = None,
                    timeout_s: float | None = None,

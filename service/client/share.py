@@ -26,11 +26,13 @@ log = logging.getLogger(__name__)
 
 
 def share_tuned(tuner: TritonAutotuner, und: UndeclaredKernel, case: Key, config: Config,
-                timings: Mapping[Config, Any], args: tuple, kwargs: dict, first: Config) -> None:
+                timings: Mapping[Config, Any], args: tuple, kwargs: dict, first: Config,
+                capture: Mapping[str, Any] | None = None) -> None:
     """Share what this process tuned for an undeclared kernel, once the winner writes what the
     `first` config (after pruning) writes on this call's inputs (every tensor either changes,
-    at its dtype's tolerance). Only a copy of the inputs is taken on the call's path: the check
-    and the upload run in the background after the call (the process waits for them at exit)."""
+    at its dtype's tolerance), and the call's `capture` with it (kept for a search of the key).
+    Only a copy of the inputs is taken on the call's path: the check and the upload run in the
+    background after the call (the process waits for them at exit)."""
     before = _clone_call(args, kwargs) if canonical_key(config) != canonical_key(first) else None
     stream = _stream_of(args)
 
@@ -54,8 +56,9 @@ def share_tuned(tuner: TritonAutotuner, und: UndeclaredKernel, case: Key, config
                             "writes (%s); used here, not shared", und.name, config, "; ".join(bad))
                 return
         kdef = knowing_ran(tuner, und, timings)
-        BACKENDS.upload(_undeclared_record(kdef, case, config, timings, err, args),
-                        kdef.definition.as_json())
+        if BACKENDS.upload(_undeclared_record(kdef, case, config, timings, err, args),
+                           kdef.definition.as_json()) and capture is not None:
+            BACKENDS.keep_capture(case, capture)
 
     BACKENDS.in_background(lambda: guard.guarded(und.name, "sharing the config tuned here",
                                                  check_and_upload, None))

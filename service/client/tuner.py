@@ -440,7 +440,10 @@ class Autotuner(TritonAutotuner):
                 guard.guarded(self._name(), "sharing the config tuned here",
                               lambda: share_declared(self.kernel_def, case, config, len(pruned), args), None)
             elif case is not None and not cached:
-                self._share_undeclared(case, config, self.configs_timings, args, kwargs, pruned[0])
+                # The call too, so that a search of this key has it to run (no job carries it).
+                capture = self._capture(kwargs) if opts.submit_jobs else None
+                self._share_undeclared(case, config, self.configs_timings, args, kwargs, pruned[0],
+                                       capture)
             return Resolution(config, Source.CACHED if cached else Source.TUNED_HERE,
                               provisional=False)
         return Resolution(pruned[0], Source.FIRST, provisional=case is not None,
@@ -473,13 +476,14 @@ class Autotuner(TritonAutotuner):
         return self.cache[key], cached
 
     def _share_undeclared(self, case: Key, config: Config, timings: Mapping[Config, Any],
-                          args: tuple, kwargs: dict, first: Config) -> None:
+                          args: tuple, kwargs: dict, first: Config,
+                          capture: Mapping[str, Any] | None = None) -> None:
         """Share what this process tuned for an undeclared kernel (`share_tuned`, checked and
-        uploaded in the background)."""
+        uploaded in the background), with the call's `capture` when there is one."""
         if self.undeclared is not None:
             guard.guarded(self._name(), "sharing the config tuned here",
                           lambda: share_tuned(self, self.undeclared, case, config, timings, args,
-                                              kwargs, first), None)
+                                              kwargs, first, capture), None)
 
     # -- forced configs (the tuner's launches) ------------------------------------------------
     def using(self, config: Config | Mapping[str, Any]) -> "Using":

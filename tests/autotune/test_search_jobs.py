@@ -284,3 +284,68 @@ def test_a_search_job_refuses_a_config_wrong_on_a_larger_call_sharing_the_key(
                               storage=sqlite_store.url)
     (why,) = study.user_attrs[A_REFUSED].values()
     assert why.startswith("edge call")  # every draw of the captured call passed
+
+
+def test_a_key_tuned_here_keeps_its_call_so_the_whole_program_search_has_it(
+        sqlite_store, monkeypatch) -> None:
+    """The default policy tunes a miss here and queues no job, so no job carries its call: the
+    call is kept with the shared record (`accept_capture`, as a job's capture is checked), and
+    `kernelsearch search --from-captures` queues the key's search on it. A module the workers
+    do not trust keeps nothing."""
+    from kernelsearch.backends import BACKENDS
+
+    u = ks_undeclared_user
+    monkeypatch.setenv("KS_DATABASE_URL", sqlite_store.url)
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "tune")
+    for trusted_module in (False, True):
+        if trusted_module:
+            monkeypatch.setenv("KS_JOB_MODULES", "ks_undeclared_user")
+        else:
+            monkeypatch.delenv("KS_JOB_MODULES", raising=False)
+        u.scale_kernel.forget()
+        BACKENDS.reset()
+        u.scale(torch.randn(200 + trusted_module))
+        BACKENDS.drain(20)
+        if not trusted_module:
+            assert sqlite_store.kernel_captures(NAME) == []
+    assert sqlite_store.list_jobs() == []  # tuned here: no job
+    rec = {json.dumps(r.axes, sort_keys=True): r for r in sqlite_store.list_records(kernel=NAME)}
+    ((axes, cap),) = sqlite_store.kernel_captures(NAME)
+    assert axes == {**CASE, "n": 201} and json.dumps(axes, sort_keys=True) in rec
+    settings = settings_for(sqlite_store.url, job_modules=["ks_undeclared_user"])
+    ((job, new),) = search_jobs.queue_searches(sqlite_store, settings)
+    assert new and job.capture == cap and job.cases == [axes]
+
+
+def test_captures_route_keeps_a_checked_call_once(sqlite_store) -> None:
+    """POST /v1/captures checks a call as a job's capture is checked: 404 for an unknown kernel,
+    422 for a declared kernel's, a module the workers do not trust, or a call that does not fit
+    the definition, each naming it; 201 keeps it once (`new`), and the search route queues on it."""
+    from fastapi.testclient import TestClient
+
+    from kernelsearch.service.api import create_app
+
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    cap = _capture()
+    for modules, status, said in (([], 422, "not one this service's workers import"),
+                                  (["ks_undeclared_user"], 201, None)):
+        settings = settings_for(sqlite_store.url, job_modules=modules)
+        with TestClient(create_app(settings, store=sqlite_store)) as c:
+            got = c.post("/v1/captures", json={"kernel": NAME, "capture": cap})
+            assert got.status_code == status, got.text
+            if said:
+                assert said in got.json()["detail"]
+                continue
+            assert got.json() == {"kernel": NAME, "case": CASE, "new": True}
+            assert c.post("/v1/captures", json={"kernel": NAME, "capture": cap}).json()["new"] is False
+            assert c.post("/v1/captures", json={"kernel": "nope.k", "capture": cap}).status_code == 404
+            got = c.post("/v1/captures", json={"kernel": "vision_rope_generation_bwd", "capture": cap})
+            assert got.status_code == 422 and "declared kernel" in got.json()["detail"]
+            bad = {**cap, "grids": cap["grids"][:1]}
+            got = c.post("/v1/captures", json={"kernel": NAME, "capture": bad})
+            assert got.status_code == 422 and "capture.grids" in got.json()["detail"]
+            assert c.post("/v1/captures", json={"kernel": NAME}).status_code == 422
+            (job,) = c.post("/v1/search", json={"kernel": NAME}).json()["jobs"]
+            assert job["cases"] == [CASE]
+    assert sqlite_store.kernel_captures(NAME) == [(CASE, cap)]

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from ..checks import axes_key
 from ..models import CallCapture, Job, Kernel, kernel_named, utcnow
-from ._base import RepoBase, rowcount
+from ._base import RepoBase
 
 
 class KernelRepo(RepoBase):
@@ -47,8 +47,9 @@ class KernelRepo(RepoBase):
             ins = self._insert(s, CallCapture).values(
                 kernel_id=kernel_id, axes=dict(axes), axes_key=axes_key(dict(axes)), digest=digest,
                 capture=dict(capture), created_at=utcnow())
-            return rowcount(s.execute(ins.on_conflict_do_nothing(
-                index_elements=["kernel_id", "digest"]))) > 0
+            made = s.execute(ins.on_conflict_do_nothing(index_elements=["kernel_id", "digest"])
+                             .returning(CallCapture.id)).scalar_one_or_none()
+            return made is not None
 
         return self._tx(tx, write=True)
 

@@ -602,3 +602,20 @@ def test_the_record_definition_matches_the_records_table() -> None:
 ])
 def test_url_passwords_are_redacted(text: str, shown: str) -> None:
     assert redact_url_passwords(text) == shown
+
+
+def test_calls_kept_without_a_job_are_kept_once_and_read_after_the_jobs(store: Store) -> None:
+    """`save_capture` keeps a call once per kernel (by its digest); `kernel_captures` answers a
+    case's newest call, a job's before a kept one, and `key_captures` every distinct call of
+    the case; a call of another case or kernel is not among them."""
+    a, b = {"n": 8}, {"n": 16}
+    cap = {"args": [{"name": "n", "kind": "scalar", "value": 8}], "grids": [[1, 1, 1]]}
+    other = {**cap, "grids": [[2, 1, 1]]}
+    assert store.save_capture("k.kept", a, cap, "d1") is True
+    assert store.save_capture("k.kept", a, cap, "d1") is False
+    assert store.save_capture("k.kept", b, other, "d2") is True
+    assert store.save_capture("k.other", a, other, "d1") is True
+    assert sorted(store.kernel_captures("k.kept"), key=lambda t: t[0]["n"]) == [(a, cap), (b, other)]
+    store.queue_job("k.kept", [a], 1, "grid", capture=other)
+    assert dict((axes["n"], c) for axes, c in store.kernel_captures("k.kept"))[8] == other
+    assert store.key_captures("k.kept", a) == [other, cap]

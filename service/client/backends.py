@@ -64,14 +64,16 @@ class Backends:
         st = settings if settings is not None else client_settings()
         token = st.api_token.get_secret_value() if st.api_token else None
         sig = (st.database_url, st.service_url, token, st.provider_timeout_s,
-               st.autotune_timeout_s, st.autotune_retry_s)
+               st.autotune_timeout_s, st.helion_timeout_s, st.autotune_retry_s)
         with self._lock:
             if sig == self._made_for:
                 return
         store = local_store(st)
-        # A lookup runs in the background: its request may take as long as the call is willing
-        # to wait (KS_AUTOTUNE_TIMEOUT_S) before the service counts as down.
-        client = service_client(st, timeout=max(st.provider_timeout_s, st.autotune_timeout_s))
+        # A lookup runs in the background: its request may take as long as its caller is willing
+        # to wait (KS_AUTOTUNE_TIMEOUT_S, KS_PROVIDER_TIMEOUT_S, KS_HELION_TIMEOUT_S) before the
+        # service counts as down.
+        client = service_client(st, timeout=max(st.provider_timeout_s, st.autotune_timeout_s,
+                                                st.helion_timeout_s))
         # Writes (definitions, records, jobs, Helion's entries) run off the call's path: they may
         # take longer than a lookup's bound without failing (a loaded service still takes them).
         writer = service_client(st, timeout=max(WRITE_TIMEOUT_S, st.provider_timeout_s))

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from trusted_records import trusted_entry
 
+import asyncio
 import hashlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import torch
+from fastapi import Request, Response
 from fastapi.testclient import TestClient
 from svc_helpers import LiveServer, free_port, settings_for
 
@@ -118,6 +120,33 @@ def test_get_put_list_round_trip_against_the_service(server: LiveServer) -> None
     _, d1b = entry(64, block=32)
     backend.put(k1, d1b)
     assert backend.get(k1) == d1b and list(backend.list(10))[0] == d1b
+
+
+def test_a_lookup_waits_as_long_as_ks_helion_timeout_s_allows(
+        sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service answering Helion's lookup in 1 s, past the other lookups' request bound
+    (KS_PROVIDER_TIMEOUT_S 0.5 s), serves the entry when KS_HELION_TIMEOUT_S allows 5 s: the
+    request was cut at 0.5 s and the service put on the back-off (a CI failure under load)."""
+    import time as _time
+
+    key, data = entry(64)
+    app = create_app(settings_for(sqlite_store.url, api_token=TOKEN), store=sqlite_store)
+
+    @app.middleware("http")
+    async def slow_helion(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if request.method == "GET" and request.url.path.startswith("/v1/helion/"):
+            await asyncio.sleep(1.0)
+        return await call_next(request)
+
+    with LiveServer(app) as s:
+        monkeypatch.setenv("KS_SERVICE_URL", s.url)
+        monkeypatch.setenv("KS_API_TOKEN", TOKEN)
+        monkeypatch.setenv("KS_HELION_TIMEOUT_S", "5")
+        KernelsearchBackend().put(key, data)
+        BACKENDS.drain(10)
+        t0 = _time.monotonic()
+        assert KernelsearchBackend().get(key) == data
+        assert _time.monotonic() - t0 >= 1.0 and BACKENDS.up("service")
 
 
 def test_the_gate_refuses_what_is_not_a_checked_helion_entry(server: LiveServer) -> None:

@@ -16,6 +16,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import ServiceStore
+    from kernelsearch.kernels.capture import Capture
     from kernelsearch.db.views import JobView
 
 
@@ -78,12 +79,8 @@ def accept_capture(store: ServiceStore, settings: Settings, k: Any,
     passes what a job's capture passes (a module the workers trust, the definition, this
     service's bounds), so a later search of its key has a call to run: (its case, whether it is
     new)."""
-    from kernelsearch.kernels.capture import Capture
-
     cap = dict(capture)
-    _check_capture(k, cap, None, settings)
-    parsed = Capture.from_json(cap)
-    axes = k.validate_axes(parsed.case_axes(k.definition) or {})
+    parsed, axes = _check_capture(k, cap, None, settings)
     return axes, store.save_capture(k.name, axes, cap, parsed.digest)
 
 
@@ -142,10 +139,10 @@ def _stored_capture(k: UndeclaredKernel, cases: list[dict[str, Any]],
 
 
 def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]] | None,
-                   settings: Settings) -> None:
+                   settings: Settings) -> tuple[Capture, dict[str, Any]]:
     """A capture belongs to an undeclared kernel's job of the one case its call has (`cases`;
     None: a call kept without a job), of a module the workers trust, within the bounds of what
-    a worker runs."""
+    a worker runs: the parsed capture and its case."""
     from kernelsearch.kernels.capture import Capture, CaptureError
 
     if not isinstance(k, UndeclaredKernel):
@@ -161,17 +158,16 @@ def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]] 
     except CaptureError as exc:
         raise JobRefused(str(exc)) from None
     axes = cap.case_axes(k.definition)
-    if cases is None:
-        if axes is None:
-            raise JobRefused(f"capture: the call gives no case of {k.name}'s key")
-        try:
-            k.validate_axes(axes)
-        except ValueError as exc:
-            raise JobRefused(f"capture: {exc}") from None
-        return
-    if len(cases) != 1 or axes is None or k.validate_axes(axes) != cases[0]:
+    try:
+        case = k.validate_axes(axes) if axes is not None else None
+    except ValueError as exc:
+        raise JobRefused(f"capture: {exc}") from None
+    if cases is not None and (len(cases) != 1 or case != cases[0]):
         raise JobRefused(f"cases: a job with a capture tunes the captured call's case ({axes}), "
                          f"got {cases}")
+    if case is None:
+        raise JobRefused(f"capture: the call gives no case of {k.name}'s key")
+    return cap, case
 
 
 def _samplers() -> tuple[str, ...]:

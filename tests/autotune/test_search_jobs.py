@@ -51,6 +51,19 @@ def _in_process(fn, *args, stop=None, limit_s=None):
     return fn(*args)
 
 
+def _run_search(store, settings, queued, monkeypatch):
+    """A worker runs the queued search job in this process; the job, succeeded."""
+    monkeypatch.setattr(job_child, "run_in_child", _in_process)
+    worker = Worker(settings, store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    done = store.get_job(queued.id)
+    assert done.status == "succeeded", done.error
+    return done
+
+
 def test_a_search_job_per_captured_key_stores_a_record_saying_where_its_winner_came_from(
         sqlite_store, monkeypatch) -> None:
     settings = settings_for(sqlite_store.url, job_modules=["ks_undeclared_user"],
@@ -62,14 +75,7 @@ def test_a_search_job_per_captured_key_stores_a_record_saying_where_its_winner_c
     (queued, new), = search_jobs.queue_searches(sqlite_store, settings)
     assert new and queued.sampler == search_jobs.SEARCH and queued.n_trials == 2
     assert search_jobs.queue_searches(sqlite_store, settings)[0] == (queued, False)
-    monkeypatch.setattr(job_child, "run_in_child", _in_process)
-    worker = Worker(settings, sqlite_store)
-    try:
-        assert worker.run_one() is True
-    finally:
-        worker.close()
-    done = sqlite_store.get_job(queued.id)
-    assert done.status == "succeeded", done.error
+    done = _run_search(sqlite_store, settings, queued, monkeypatch)
     (rec,) = sqlite_store.list_records(kernel=NAME)
     listed = {canonical_key(c) for c in _definition()["configs"]}
     assert set(rec.config_timings) >= listed
@@ -192,14 +198,7 @@ def test_a_search_job_runs_candidates_as_the_kernels_pruner_makes_them_and_is_se
     first, _ = sqlite_store.queue_job(name, [case], 5, "grid", None, None, capture)
     sqlite_store.cancel_job(first.id)
     (queued, _), = search_jobs.queue_searches(sqlite_store, settings)
-    monkeypatch.setattr(job_child, "run_in_child", _in_process)
-    worker = Worker(settings, sqlite_store)
-    try:
-        assert worker.run_one() is True
-    finally:
-        worker.close()
-    done = sqlite_store.get_job(queued.id)
-    assert done.status == "succeeded", done.error
+    _run_search(sqlite_store, settings, queued, monkeypatch)
     (rec,) = sqlite_store.list_records(kernel=name)
     made = {(json.loads(k)["BLOCK"], json.loads(k)["num_warps"], json.loads(k)["EVEN"]): t
             for k, t in rec.config_timings.items() if "EVEN" in json.loads(k)}
@@ -269,14 +268,7 @@ def test_a_search_job_refuses_a_config_wrong_on_a_larger_call_sharing_the_key(
         sqlite_store.cancel_job(job.id)
     (queued, _), = search_jobs.queue_searches(sqlite_store, settings)
     assert queued.capture["args"][2]["value"] == 100
-    monkeypatch.setattr(job_child, "run_in_child", _in_process)
-    worker = Worker(settings, sqlite_store)
-    try:
-        assert worker.run_one() is True
-    finally:
-        worker.close()
-    done = sqlite_store.get_job(queued.id)
-    assert done.status == "succeeded", done.error
+    done = _run_search(sqlite_store, settings, queued, monkeypatch)
     assert done.best["cases"][0]["refused"] == 1
     (rec,) = sqlite_store.list_records(kernel=name)
     assert rec.winner_origin == "list" and canonical_key(rec.config) == canonical_key(defn["configs"][0])

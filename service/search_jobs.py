@@ -37,8 +37,13 @@ def study_of(kernel: str, axes: Mapping[str, Any], device: str) -> str:
 def queue_searches(store: Any, settings: Settings, kernel: str | None = None) -> list[tuple[JobView, bool]]:
     """A search job for every key whose call a kernel's jobs stored (every undeclared kernel's,
     or `kernel`'s): (job, new) each, an identical job already queued or running answered as is.
-    ValueError naming `kernel` when it has no stored call."""
-    names = [kernel] if kernel else sorted(store.kernel_definitions())
+    ValueError naming `kernel` when it is no undeclared kernel the store knows, or has no
+    stored call."""
+    known = sorted(store.kernel_definitions())
+    if kernel and kernel not in known:
+        raise ValueError(f"kernel: {kernel!r} is no undeclared kernel of this store; known: "
+                         f"{', '.join(known[:20]) or 'none'}")
+    names = [kernel] if kernel else known
     out: list[tuple[JobView, bool]] = []
     for name in names:
         calls = store.kernel_captures(name)

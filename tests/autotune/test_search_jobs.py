@@ -124,6 +124,8 @@ def test_search_from_captures_cli(sqlite_store, monkeypatch) -> None:
     runner = CliRunner()
     got = runner.invoke(app, ["search", "--from-captures", "--kernel", NAME])
     assert got.exit_code == 2 and "no stored call" in got.output
+    got = runner.invoke(app, ["search", "--from-captures", "--kernel", "nope.k"])
+    assert got.exit_code == 2 and "'nope.k' is no undeclared kernel" in got.output and NAME in got.output
     sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
     got = runner.invoke(app, ["search", "--from-captures", "--json"])
     assert got.exit_code == 0, got.output

@@ -43,6 +43,11 @@
 #                 Optuna search of the derived space within a time share (ISSUE35_TOTAL_S; KS35_TRIALS, KS35_KEY_S,
 #                 KS35_REPEATS), every candidate through the library's own pruner, the strict gate, the interleaved
 #                 re-measure and a sweep of the same space (exhaustive where it fits) (docs/benchmarks/issue35_search.py)
+#   loop          the background-tuning loop through the product's commands only: `kernelsearch serve`,
+#                 `kernelsearch worker`, a user's program with FlagGems and gemlite (.whl/) unchanged but
+#                 for the swap under `first` (queues capture jobs), the worker's jobs, a fresh program
+#                 served, `kernelsearch search --from-captures`, the worker's searches, a fresh program
+#                 served the searched winners; one line per step (docs/benchmarks/issue39_loop.py)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -235,6 +240,25 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       done
       python3 docs/benchmarks/issue35_search.py table $W/res --summary $D/summary.json | tee $D/table.txt
       tar -czf $D/issue35.tar.gz -C $W res ;;
+    loop)
+      # $OUT/loop keeps: steps.txt (one line per step), summary.json, logs.tar.gz (every program's
+      # stderr, the service's and the worker's logs, the records).
+      D=$OUT/loop; W=/tmp/ks39; rm -rf $W $D; mkdir -p $D $W
+      export KS_DATABASE_URL=sqlite:///$W/kernelsearch.db KS_JOB_MODULES=${KS_JOB_MODULES:-flag_gems,gemlite}
+      export KS_SEARCH_TRIALS=${KS_SEARCH_TRIALS:-24} KS_SEARCH_SECONDS=${KS_SEARCH_SECONDS:-120}
+      $KS db upgrade >/dev/null
+      $KS serve --no-worker --port 8739 > $W/api.log 2>&1 &
+      API=$!
+      $KS worker > $W/worker.log 2>&1 &
+      WORKER=$!
+      for _ in $(seq 60); do curl -sf http://127.0.0.1:8739/healthz >/dev/null && break; sleep 1; done
+      curl -sf http://127.0.0.1:8739/healthz >/dev/null || { echo "the service did not start:"; tail -3 $W/api.log; }
+      KS_SERVICE_URL=http://127.0.0.1:8739 timeout ${LOOP_S:-480} python3 docs/benchmarks/issue39_loop.py all \
+        --service http://127.0.0.1:8739 --work $W --budget-s $(( ${LOOP_S:-480} - 20 )) --out $D/summary.json \
+        | tee $D/steps.txt
+      kill $WORKER; sleep 2; kill $API
+      $KS records export $W/records.json >/dev/null 2>&1
+      (cd $W && tar czf $D/logs.tar.gz *.err *.json api.log worker.log 2>/dev/null) ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

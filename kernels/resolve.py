@@ -24,6 +24,19 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The one bound on "nearest": a record tuned for another case is served only while the two cases'
+# sizes (`KernelDef.distance`: bytes moved on a log scale) are within this ratio; past it a tuned
+# config says little about the shape asked for. Every caller of the resolver (the REST route, the
+# decorator, the hooks, `get_kernel`'s provider) gets it; the service's KS_NEAREST_MAX_RATIO sets it
+# for its own route.
+NEAREST_MAX_RATIO = 32.0
+
+
+def within(distance: float, max_ratio: float = NEAREST_MAX_RATIO) -> bool:
+    """Whether a record at `distance` (a log size ratio) may serve a case under `max_ratio`."""
+    return math.isfinite(distance) and distance <= math.log(max_ratio)
+
+
 # How far another case's record is from this key's case (`KernelDef.distance` bound to the key's
 # axes); infinite: never served to it (another dtype, say).
 Near = Callable[[Mapping[str, Any]], float]
@@ -96,11 +109,14 @@ class Resolver:
     """Sources asked in order (the local store before the service: nearer is cheaper). An exact
     answer ends the chain; otherwise the first nearest answer is kept. A source that fails is left
     alone for `retry_s` and answers only from what it already holds. Nothing found while a source
-    was down raises `SourceUnavailable`, so a caller never remembers an outage as a miss."""
+    was down raises `SourceUnavailable`, so a caller never remembers an outage as a miss. A nearest
+    answer farther than `max_ratio` (NEAREST_MAX_RATIO) is no answer."""
 
-    def __init__(self, sources: Sequence[ConfigSource], retry_s: float = 30.0) -> None:
+    def __init__(self, sources: Sequence[ConfigSource], retry_s: float = 30.0,
+                 max_ratio: float = NEAREST_MAX_RATIO) -> None:
         self.sources = tuple(sources)
         self.retry_s = retry_s
+        self.max_ratio = max_ratio
         self._lock = threading.Lock()
         self._down_until: dict[str, float] = {}
 
@@ -122,9 +138,11 @@ class Resolver:
             self._down_until[name] = time.monotonic() + wait
 
     def resolve(self, key: Key, near: Near | None = None, fresh: bool = False,
-                retry_s: float | None = None) -> Found | None:
+                retry_s: float | None = None, max_ratio: float | None = None) -> Found | None:
         """The answer for `key`: exact from the first source that has it, else the first nearest
-        (only with `near`); None when every source answered and none had one."""
+        within `max_ratio` (the resolver's own by default; only with `near`); None when every
+        source answered and none had one."""
+        bound = self.max_ratio if max_ratio is None else max_ratio
         nearest: Found | None = None
         unavailable: list[str] = []
         last: SourceUnavailable | None = None
@@ -146,7 +164,7 @@ class Resolver:
                 continue
             if got.match is Match.EXACT:
                 return got
-            if nearest is None and near is not None and math.isfinite(got.distance):
+            if nearest is None and near is not None and within(got.distance, bound):
                 nearest = got
         if nearest is None and unavailable:
             raise SourceUnavailable(f"no answer for {key.kernel}: {', '.join(unavailable)} "

@@ -174,19 +174,20 @@ def lookup(store: LookupStore, q: BestQuery, max_ratio: float) -> tuple[int, byt
     k = kernels.get_kernel(q.kernel)
     near = None if q.match == "exact" else (lambda other: k.distance(q.axes, dict(other)))
     # One source, the database this app reads, asked anew on each miss of the route's cache.
-    resolver = Resolver([StoreSource(store)], retry_s=0.0)
+    resolver = Resolver([StoreSource(store)], retry_s=0.0, max_ratio=max_ratio)
+    key = Key.of(q.kernel, q.axes, q.device)
     try:
-        got = resolver.resolve(Key.of(q.kernel, q.axes, q.device), near=near)
+        got = resolver.resolve(key, near=near)
+        # Only to say why nothing is served: the nearest case past the bound, if there is one.
+        far_got = None if got is not None or near is None else resolver.resolve(key, near=near, max_ratio=math.inf)
     except SourceUnavailable as exc:
         raise _store_error(exc) from None
     found = None if got is None else (got.record, got.match.value)
     far = ""
-    if found is not None and found[1] != "exact":
-        d = k.distance(q.axes, found[0].axes)
-        if not d <= math.log(max_ratio):
-            far = (f"; the nearest tuned case, {_axes_text(found[0].axes)}, moves "
-                   f"{math.exp(d):.3g}x more or fewer bytes, past KS_NEAREST_MAX_RATIO ({max_ratio:g})")
-            found = None
+    if far_got is not None:
+        far = (f"; the nearest tuned case, {_axes_text(far_got.record.axes)}, moves "
+               f"{math.exp(far_got.distance):.3g}x more or fewer bytes, past KS_NEAREST_MAX_RATIO "
+               f"({max_ratio:g})")
     if found is None:
         devices = sorted({r.device for r in store.list_records(kernel=q.kernel)})
         what = "for exactly these axes " if q.match == "exact" else ""

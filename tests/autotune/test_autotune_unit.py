@@ -109,7 +109,7 @@ def test_nearest_record_before_the_fallback(at_store, monkeypatch) -> None:
     monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "nearest")
     second = KERNEL.space_configs[1]
-    put_record(at_store, KERNEL, {"n": 4096}, second)
+    put_record(at_store, KERNEL, {"n": 2048}, second)  # 20x the call's bytes: within the bound
     accumulate(torch.randn(100))
     (source,) = accumulate_kernel.sources.values()
     assert source is Source.NEAREST
@@ -118,6 +118,18 @@ def test_nearest_record_before_the_fallback(at_store, monkeypatch) -> None:
     (job,) = at_store.list_jobs()
     assert (job.kernel, job.cases, job.sampler, job.n_trials) == \
         ("ks_test_accumulate", [{"n": 100}], "grid", 3)
+
+
+def test_no_nearest_record_past_the_bound(at_store, monkeypatch) -> None:
+    """The decorator answers as /v1/best does: a record at 41x the call's bytes (past
+    KS_NEAREST_MAX_RATIO's 32) is not served; the call runs the first config."""
+    from svc_like import put_record
+
+    monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "nearest")
+    put_record(at_store, KERNEL, {"n": 4096}, KERNEL.space_configs[1])
+    accumulate(torch.randn(100))
+    assert list(accumulate_kernel.sources.values()) == [Source.FIRST]
 
 
 def test_a_record_of_other_meta_parameters_is_not_used(at_store, monkeypatch) -> None:

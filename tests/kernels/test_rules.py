@@ -6,7 +6,8 @@ import itertools
 import math
 
 from kernelsearch.kernels.configs import canonical_key, covers
-from kernelsearch.kernels.resolve import Key, nearest, nearest_of
+from kernelsearch.kernels.resolve import (NEAREST_MAX_RATIO, Found, Key, Match, Resolver, nearest, nearest_of,
+                                         within)
 
 A = {"BLOCK": 32, "num_warps": 4}
 B = {"BLOCK": 64, "num_warps": 4}
@@ -70,3 +71,30 @@ def test_nearest_of_uses_the_one_rule() -> None:
         assert nearest_of(key, lambda ax: near[ax["n"]], order) == ((("n", 16),), 4.0)
     assert nearest_of(key, None, snap) is None
     assert nearest_of(Key.of("k", {"n": 8}, "dev"), None, snap) == ((("n", 8),), 0.0)
+
+
+class _Near:
+    """A source whose one record is `distance` away from every key."""
+
+    name = "fake"
+
+    def __init__(self, distance: float) -> None:
+        self.distance = distance
+
+    def get(self, key: Key, near, fresh: bool) -> Found | None:
+        return None if near is None else Found({"B": 1}, Match.NEAREST, "fake", distance=self.distance)
+
+    def known(self, key: Key, near) -> Found | None:
+        return self.get(key, near, False)
+
+
+def test_the_resolver_serves_nearest_only_within_the_one_bound() -> None:
+    """Every caller of the resolver (route, decorator, provider) gets the same bound: at exactly
+    NEAREST_MAX_RATIO served, past it not, and a caller's own ratio replaces it."""
+    key = Key.of("k", {"n": 4}, "dev")
+    at = math.log(NEAREST_MAX_RATIO)
+    assert Resolver([_Near(at)]).resolve(key, near=lambda _: at) is not None
+    assert Resolver([_Near(at * (1 + 1e-9))]).resolve(key, near=lambda _: 0.0) is None
+    assert Resolver([_Near(math.log(8.0))], max_ratio=4.0).resolve(key, near=lambda _: 0.0) is None
+    assert Resolver([_Near(math.log(64.0))]).resolve(key, near=lambda _: 0.0, max_ratio=math.inf) is not None
+    assert within(at) and not within(math.inf) and not within(math.nan)

@@ -190,6 +190,19 @@ def test_a_nearest_record_is_served_as_it_is_stored(sqlite_store: Store) -> None
         remote.sources[0].close()
 
 
+def test_the_provider_serves_no_record_past_the_nearest_bound(sqlite_store: Store) -> None:
+    """`get_kernel`'s provider answers as /v1/best does: a record of seq_len 16 is no answer for
+    seq_len 100000 (far past KS_NEAREST_MAX_RATIO), whatever the source."""
+    sqlite_store.upsert_best(trusted(record(KB, {"seq_len": 16}, 5.0, config={"ROWS": 1})))
+    kprovider.set_resolver(Resolver([StoreSource(sqlite_store)], retry_s=0.0))
+    kdef = kernels.get_kernel(KB)
+    try:
+        assert kprovider.lookup(kdef, {"seq_len": 100000}, H200) is None
+        assert kprovider.lookup(kdef, {"seq_len": 20}, H200) == {"ROWS": 1}
+    finally:
+        kprovider.set_resolver(None)
+
+
 def _kernel_b_inputs(seq_len: int) -> tuple[torch.Tensor, ...]:
     return kernels.get_kernel(KB).make_inputs({"seq_len": seq_len}, seed=0, device="cpu")
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-
 _LAZY = {
     "autotune": ("kernelsearch.decorator", "autotune"),
     "Autotuner": ("kernelsearch.tuner", "Autotuner"),
@@ -45,6 +43,13 @@ _SUBMODULES = ("kernels", "search_space", "db", "service", "triton_cache", "heli
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # written once, in pyproject.toml; read when asked for
+        from importlib import metadata
+
+        try:
+            return metadata.version("kernelsearch")
+        except metadata.PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
     try:
         module, attr = _LAZY[name]
     except KeyError:

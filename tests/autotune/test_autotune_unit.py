@@ -319,3 +319,25 @@ def test_a_declared_kernels_searched_winner_is_served_only_where_allowed(
             canonical_key(listed[1])
     else:
         assert source is Source.FIRST
+
+
+def test_the_interpreters_bench_answers_the_quantiles_asked() -> None:
+    """do_bench's contract: one value per asked quantile, in that order (p20 is not the minimum)."""
+    from kernelsearch import timing
+
+    times = iter([1.0, 2.0, 3.0, 4.0, 5.0])
+    orig = timing.wallclock_us
+    timing.wallclock_us = lambda call, n: [next(times) * 1e3 for _ in range(n)]
+    try:
+        assert timing.wallclock_bench(lambda: None, (0.5, 0.2, 0.8, 0.0, 1.0)) == \
+            pytest.approx([3.0, 1.8, 4.2, 1.0, 5.0])
+    finally:
+        timing.wallclock_us = orig
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    from importlib import metadata
+
+    import kernelsearch
+
+    assert kernelsearch.__version__ == metadata.version("kernelsearch")

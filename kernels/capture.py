@@ -18,7 +18,7 @@ import importlib
 import json
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -348,17 +348,34 @@ def _exact(dtype: torch.dtype) -> bool:
 
 
 # -- making a capture (the decorator's side) -------------------------------------------------------
+def heuristics_of(fn: Any) -> tuple[Mapping[str, Callable[[dict], Any]], ...]:
+    """The `@triton.heuristics` values between an autotuner and its jit function, outermost first:
+    Triton computes them at each launch, before the grid reads the launch's keywords."""
+    from triton.runtime.autotuner import Heuristics
+
+    out = []
+    while isinstance(fn, Heuristics):
+        out.append(fn.values)
+        fn = fn.fn
+    return tuple(out)
+
+
 def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
-                 configs: Sequence[Mapping[str, Any]], grid: Any) -> Capture:
+                 configs: Sequence[Mapping[str, Any]], grid: Any,
+                 heuristics: Sequence[Mapping[str, Callable[[dict], Any]]] = ()) -> Capture:
     """The capture of a call: `named` its arguments by name (those a config sets excluded),
     `constexprs` the names Triton treats as compile-time constants, `configs` each config's
     launch keywords (meta-parameters and options, as `triton.Config.all_kwargs()`), `grid` the
-    launch grid (a tuple, or a callable of the launch's keywords). CaptureError says what cannot
-    travel."""
+    launch grid (a tuple, or a callable of the launch's keywords, which include the values of
+    the kernel's `heuristics`, `heuristics_of`). CaptureError says what cannot travel."""
     args = capture_args(named, constexprs)
     grids = []
     for i, c in enumerate(configs):
-        g = grid({**named, **c}) if callable(grid) else grid
+        meta = {**named, **c}
+        for level in heuristics:
+            for name, value_of in level.items():
+                meta[name] = value_of(meta)
+        g = grid(meta) if callable(grid) else grid
         try:
             dims = [int(x) for x in tuple(g)]
         except (TypeError, ValueError):

@@ -299,7 +299,7 @@ class Autotuner(TritonAutotuner):
 
     def _capture(self, kwargs: dict) -> dict[str, Any] | None:
         """This call as data for a worker (kernels.capture), None when it cannot travel."""
-        from kernelsearch.kernels.capture import CaptureError, capture_call
+        from kernelsearch.kernels.capture import CaptureError, capture_call, heuristics_of
 
         try:
             named = {k: v for k, v in {**(self.nargs or {}), **kwargs}.items()
@@ -307,7 +307,7 @@ class Autotuner(TritonAutotuner):
             constexprs = [self.arg_names[i] for i in getattr(jit_function_of(self), "constexprs", ())]
             return capture_call(named, constexprs,
                                 [c.all_kwargs() for c in [*self.configs, *self.search_space]],
-                                kwargs.get("grid")).as_json()
+                                kwargs.get("grid"), heuristics_of(self.fn)).as_json()
         except CaptureError as exc:
             self._tell("capture", logging.INFO, "%s: this call cannot be sent to the workers "
                        "(%s); it runs the fallback config until a record lands", self._name(), exc)

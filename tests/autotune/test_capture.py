@@ -262,3 +262,26 @@ def test_a_capture_the_route_refuses_is_refused_on_the_decorators_fallback_too(
             assert "module 'ks_undeclared_user' is not one this service's workers import" in caplog.text
     (job,) = jobs
     assert job.kernel == NAME and job.capture is not None and job.cases == [CASE]
+
+
+def test_a_grid_that_reads_a_heuristic_value_is_captured() -> None:
+    """A `@triton.heuristics` under the autotuner sets launch keywords the grid reads (FlagGems'
+    softmax backward: `grid = lambda meta: (cdiv(M, meta["TILE_M"]),)`); the capture computes them
+    per config as Triton does at launch, outermost first."""
+    from kernelsearch.kernels.capture import heuristics_of
+
+    @triton.heuristics({"TILE_M": lambda a: 4 * a["BLOCK"]})
+    @triton.heuristics({"BLOCK": lambda a: a["BLOCK"] * 2})
+    @triton.jit
+    def k(x_ptr, M, BLOCK: "triton.language.constexpr", TILE_M: "triton.language.constexpr"):
+        pass
+
+    levels = heuristics_of(k)
+    assert [list(lv) for lv in levels] == [["TILE_M"], ["BLOCK"]]
+    cap = capture_call({"x_ptr": torch.zeros(4), "M": 1000}, ["BLOCK", "TILE_M"],
+                       [{"BLOCK": 8}, {"BLOCK": 16}], lambda meta: (triton.cdiv(meta["M"], meta["TILE_M"]),),
+                       levels)
+    assert cap.grids == ((32, 1, 1), (16, 1, 1))  # TILE_M = 4 * BLOCK, then BLOCK doubled
+    with pytest.raises(KeyError):
+        capture_call({"x_ptr": torch.zeros(4), "M": 1000}, [], [{"BLOCK": 8}],
+                     lambda meta: (triton.cdiv(meta["M"], meta["TILE_M"]),))

@@ -500,14 +500,44 @@ def import_tuner(defn: Definition) -> Any:
     """The decorated kernel a definition names, imported from its module; KernelModuleUnavailable
     when the module cannot be imported here, does not hold it, or holds other code."""
     obj = import_object(defn.module, defn.qualname)
-    if not hasattr(obj, "using"):
-        raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is not a "
-                                      "@kernelsearch.autotune kernel")
-    here = source_hash_of([jit_function_of(obj)])
+    if not hasattr(obj, "using") and not hasattr(obj, "arg_names"):
+        raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is not a Triton kernel "
+                                      f"(a {type(obj).__name__})")
+    try:
+        here = source_hash_of([jit_function_of(obj)])
+    except Exception as exc:  # noqa: BLE001 - a kernel whose source cannot be read
+        raise KernelModuleUnavailable(defn.module, f"the source of its {defn.qualname} cannot "
+                                      f"be read ({type(exc).__name__}: {exc})") from exc
     if here != defn.source_hash:
         raise KernelModuleUnavailable(defn.module, f"its {defn.qualname} is other code than the "
                                       f"caller's (source {here}, the caller's {defn.source_hash})")
-    return obj
+    return obj if hasattr(obj, "using") else as_kernelsearch(obj, defn)
+
+
+def as_kernelsearch(obj: Any, defn: Definition) -> Any:
+    """The kernel a module ships as a plain `triton.autotune` Autotuner (or a bare jit or
+    heuristics function), made a `@kernelsearch.autotune` one as the user's process made it
+    (the swap, or Triton's cache manager): its `fn`, the definition's configs, search space and
+    key, the shipped autotuner's pruner and hooks."""
+    from triton.runtime.autotuner import Autotuner as TritonAutotuner
+
+    from kernelsearch.service.client.tuner import Autotuner
+
+    configs = [to_triton_config(c) for c in defn.configs]
+    beyond = [to_triton_config(c, configs) for c in defn.search_space]
+    if not isinstance(obj, TritonAutotuner):
+        return Autotuner(obj, list(obj.arg_names), configs, list(defn.key), None, None,
+                         search_space=beyond or None)
+    prune = {"early_config_prune": obj.early_config_prune, "perf_model": obj.perf_model,
+             "top_k": obj.configs_top_k}
+    tuner = Autotuner(obj.fn, list(obj.arg_names), configs, list(obj.keys), obj.reset_to_zero,
+                      obj.restore_value,
+                      pre_hook=obj.pre_hook if obj.user_defined_pre_hook else None,
+                      post_hook=obj.post_hook if obj.user_defined_post_hook else None,
+                      prune_configs_by=prune, do_bench=obj._do_bench,
+                      search_space=beyond or None)
+    tuner.reached_by = defn.reached_by
+    return tuner
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -16,7 +16,8 @@ from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.configs import canonical, canonical_key, covers
 from kernelsearch.kernels.resolve import Found, Key
 from kernelsearch.kernels.spec import source_hash_of
-from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel, kernel_def, tensor_args
+from kernelsearch.kernels.undeclared import (Definition, Route, UndeclaredKernel, kernel_def,
+                                             tensor_args)
 
 from . import guard
 from .timing import quantiles
@@ -59,6 +60,8 @@ def undeclared_kernel(tuner: TritonAutotuner, named: Mapping[str, Any],
         dtype_args=tensor_args(named, tuple(tuner.keys)),
         configs=tuple(canonical(c) for c in tuner.configs), source_hash=source_hash,
         search_space=tuple(canonical(c) for c in getattr(tuner, "search_space", ())),
+        # A plain `triton.autotune` kernel (no `reached_by` of ours) is met by the cache manager.
+        reached_by=getattr(tuner, "reached_by", Route.TRITON_CACHE),
         description=(base.__doc__ or "").strip().split("\n")[0][:200])
     und = kernel_def(defn)
     from kernelsearch.kernels import registry

@@ -37,7 +37,7 @@ from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.configs import canonical, canonical_key
 from kernelsearch.kernels.resolve import Found, Key, Match, Near
-from kernelsearch.kernels.undeclared import UndeclaredKernel
+from kernelsearch.kernels.undeclared import Route, UndeclaredKernel
 from kernelsearch.search_space.derived import DerivedRule
 
 from . import artifacts, guard
@@ -75,6 +75,7 @@ class Autotuner(TritonAutotuner):
         super().__init__(fn, arg_names, configs, key, *args, **kwargs)
         self.kernel_name = name
         self.reference = reference
+        self.reached_by = Route.DECORATOR
         # Configs a worker may search beyond the list (an undeclared kernel's captured calls):
         # given, or the derived space ("derived", a DerivedRule: search_policy).
         self.search_space = search_space_configs(configs, search_space)

@@ -151,15 +151,21 @@ class ArgCapture:
 
 @dataclass(frozen=True)
 class Capture:
-    """A call's arguments as data, and the grid of every config (the definition's order)."""
+    """A call's arguments as data, and the grid of every config (the definition's order).
+
+    `ran`: the positions of the configs the kernel's own pruner kept on this call, in its order
+    (empty: it kept them all). A job tunes those, and its reference is the first of them, as in
+    the user's process: a config the pruner drops may be wrong on this call by design."""
 
     args: tuple[ArgCapture, ...]
     grids: tuple[tuple[int, int, int], ...]
     version: int = CAPTURE_VERSION
+    ran: tuple[int, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {"version": self.version, "args": [a.as_json() for a in self.args],
-                "grids": [list(g) for g in self.grids]}
+                "grids": [list(g) for g in self.grids],
+                **({"ran": list(self.ran)} if self.ran else {})}
 
     @property
     def digest(self) -> str:
@@ -188,7 +194,11 @@ class Capture:
                                for v in g)):
                 raise CaptureError(f"capture.grids[{i}]: expected three integers in 0..2^31-1")
             out.append((g[0], g[1], g[2]))
-        return cls(args=args, grids=tuple(out))
+        ran = doc.get("ran") or []
+        if not isinstance(ran, list) or len(set(ran)) != len(ran) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(out) for i in ran):
+            raise CaptureError(f"capture.ran: expected distinct positions in 0..{len(out) - 1}")
+        return cls(args=args, grids=tuple(out), ran=tuple(ran))
 
     def check_against(self, defn: Definition) -> None:
         """The capture fits the definition: its arguments, one grid per config."""
@@ -199,6 +209,8 @@ class Capture:
         n = len(defn.configs) + len(defn.search_space)
         if len(self.grids) != n:
             raise CaptureError(f"capture.grids: {len(self.grids)} grids for {n} configs")
+        if any(i >= n for i in self.ran):
+            raise CaptureError(f"capture.ran: a position beyond the {n} configs")
 
     def check_bounds(self, bounds: CaptureBounds, key: Sequence[str] = ()) -> None:
         """What the call asks of a worker, against `bounds` and itself; CaptureError naming the
@@ -348,13 +360,35 @@ def _exact(dtype: torch.dtype) -> bool:
 
 
 # -- making a capture (the decorator's side) -------------------------------------------------------
+def _positions(ran: Sequence[Mapping[str, Any]] | None,
+               configs: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
+    """Where each config the pruner kept lies in `configs`: the equal one, else the one it
+    completes (a pruner may add constexprs). Empty when it kept them all in order, or made one
+    that no listed config stands for (the whole list is then tuned, as without a pruner)."""
+    if ran is None:
+        return ()
+    keys = [canonical_key(c) for c in configs]
+    out: list[int] = []
+    for r in ran:
+        k = canonical_key(r)
+        i = keys.index(k) if k in keys else next(
+            (j for j, c in enumerate(configs) if all(n in r and r[n] == v for n, v in c.items())),
+            -1)
+        if i < 0:
+            return ()
+        if i not in out:
+            out.append(i)
+    return () if out == list(range(len(configs))) else tuple(out)
+
+
 def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
-                 configs: Sequence[Mapping[str, Any]], grid: Any) -> Capture:
+                 configs: Sequence[Mapping[str, Any]], grid: Any,
+                 ran: Sequence[Mapping[str, Any]] | None = None) -> Capture:
     """The capture of a call: `named` its arguments by name (those a config sets excluded),
     `constexprs` the names Triton treats as compile-time constants, `configs` each config's
     launch keywords (meta-parameters and options, as `triton.Config.all_kwargs()`), `grid` the
-    launch grid (a tuple, or a callable of the launch's keywords). CaptureError says what cannot
-    travel."""
+    launch grid (a tuple, or a callable of the launch's keywords), `ran` the launch keywords of
+    the configs the kernel's pruner kept on this call. CaptureError says what cannot travel."""
     args = capture_args(named, constexprs)
     grids = []
     for i, c in enumerate(configs):
@@ -366,10 +400,11 @@ def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
         if not 1 <= len(dims) <= 3:
             raise CaptureError(f"grid: config {i} gives {len(dims)} dimensions")
         grids.append(tuple((dims + [1, 1])[:3]))
-    cap = Capture(args=tuple(args), grids=tuple(grids))  # type: ignore[arg-type]
+    cap = Capture(args=tuple(args), grids=tuple(grids), ran=_positions(ran, configs))  # type: ignore[arg-type]
     if len(json.dumps(cap.as_json())) > MAX_CAPTURE_BYTES:
         # Contents make it large: ranges instead.
-        cap = Capture(args=tuple(_without_contents(a) for a in cap.args), grids=cap.grids)
+        cap = Capture(args=tuple(_without_contents(a) for a in cap.args), grids=cap.grids,
+                      ran=cap.ran)
         if len(json.dumps(cap.as_json())) > MAX_CAPTURE_BYTES:
             raise CaptureError(f"capture: more than {MAX_CAPTURE_BYTES} bytes")
     return cap
@@ -567,10 +602,22 @@ class CapturedKernel(UndeclaredKernel):
     def source_hash(self) -> str:  # type: ignore[override]
         return self.definition.source_hash
 
+    @property
+    def listed_configs(self) -> list[dict[str, Any]]:
+        """The list as the kernel's pruner made it on the captured call (the whole list when
+        the capture says nothing of it)."""
+        every = (*self.definition.configs, *self.definition.search_space)
+        if not self.capture.ran:
+            return [dict(c) for c in self.definition.configs]
+        return [dict(every[i]) for i in self.capture.ran]
+
     def configs_for_case(self, axes: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The space a case is tuned in: this definition's configs and search space (made per
-        case, not cached by name: a definition grows under one name)."""
-        return [dict(c) for c in (*self.definition.configs, *self.definition.search_space)]
+        """The space a case is tuned in: the list as the pruner made it on the call, then the
+        search space (made per case, not cached by name: a definition grows under one name)."""
+        listed = self.listed_configs
+        known = {canonical_key(c) for c in listed}
+        return listed + [dict(c) for c in self.definition.search_space
+                         if canonical_key(c) not in known]
 
     def child_spec(self) -> dict[str, Any]:
         """What a trial child needs to make this kernel again (`kernel_from_spec`)."""
@@ -623,7 +670,7 @@ class CapturedKernel(UndeclaredKernel):
 
     @property
     def first_config(self) -> dict[str, Any]:
-        return self.validate_config(self.definition.configs[0])
+        return self.validate_config(self.listed_configs[0])
 
     def captured_launch(self, *inputs: torch.Tensor, config: Mapping[str, Any],
                         out: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:

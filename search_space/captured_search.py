@@ -91,7 +91,7 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
     inputs = list(kdef.captured_inputs(axes, device=device))
     space = {canonical_key(c): canonical(c) for c in (*defn.configs, *defn.search_space)}
     made = _runs_as(kdef, space, inputs)
-    listed = [canonical(c) for c in defn.configs]
+    listed = [canonical(c) for c in kdef.listed_configs]  # as the kernel's pruner made it
     method = ""
     timed: dict[str, float] = {}  # by the config the pruner made: candidates it merges are one
 

@@ -298,8 +298,9 @@ class Autotuner(TritonAutotuner):
         axes = case.axes_dict
         return lambda other: kdef.distance(axes, dict(other))
 
-    def _capture(self, kwargs: dict) -> dict[str, Any] | None:
-        """This call as data for a worker (kernels.capture), None when it cannot travel."""
+    def _capture(self, kwargs: dict, ran: Sequence[Config]) -> dict[str, Any] | None:
+        """This call as data for a worker (kernels.capture), with `ran`, the configs this
+        kernel's pruner kept on it; None when it cannot travel."""
         from kernelsearch.kernels.capture import CaptureError, capture_call
 
         try:
@@ -308,7 +309,7 @@ class Autotuner(TritonAutotuner):
             constexprs = [self.arg_names[i] for i in getattr(jit_function_of(self), "constexprs", ())]
             return capture_call(named, constexprs,
                                 [c.all_kwargs() for c in [*self.configs, *self.search_space]],
-                                kwargs.get("grid")).as_json()
+                                kwargs.get("grid"), [c.all_kwargs() for c in ran]).as_json()
         except CaptureError as exc:
             self._tell("capture", logging.INFO, "%s: this call cannot be sent to the workers "
                        "(%s); it runs the fallback config until a record lands", self._name(), exc)
@@ -324,11 +325,11 @@ class Autotuner(TritonAutotuner):
         near = self._near(case)
         # Workers tune an undeclared kernel from a call's capture, sent in the opt-in modes (the
         # default tunes here and shares the result).
-        capture = (self._capture(kwargs) if opts.submit_jobs and self.kernel_def is None
+        capture = (self._capture(kwargs, ran) if opts.submit_jobs and self.kernel_def is None
                    and opts.fallback is not Fallback.TUNE else None)
         submit = opts.submit_jobs and (self.kernel_def is not None or capture is not None)
         if capture is not None:
-            n_trials = len(self.configs) + len(self.search_space)
+            n_trials = len(capture.get("ran") or self.configs) + len(self.search_space)
         # Imports and clients are local work, bounded whatever the service does: done here, so
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
@@ -442,7 +443,7 @@ class Autotuner(TritonAutotuner):
                               lambda: share_declared(self.kernel_def, case, config, len(pruned), args), None)
             elif case is not None and not cached:
                 # The call too, so that a search of this key has it to run (no job carries it).
-                capture = self._capture(kwargs) if opts.submit_jobs else None
+                capture = self._capture(kwargs, pruned) if opts.submit_jobs else None
                 self._share_undeclared(case, config, self.configs_timings, args, kwargs, pruned[0],
                                        capture)
             return Resolution(config, Source.CACHED if cached else Source.TUNED_HERE,

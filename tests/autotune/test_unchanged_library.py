@@ -1,13 +1,17 @@
 """A library reached unchanged (its module keeps `@triton.autotune`; the user's program swaps
 `triton.autotune` for `kernelsearch.autotune`): a worker importing the module as shipped wraps
 its plain autotuner as the swap did, tunes the captured call and stores the record a fresh
-process is served."""
+process is served; a job tunes the configs the kernel's own pruner kept on the call, checked
+against the first of them."""
 from __future__ import annotations
+
+import json
 
 import pytest
 from at_env import child_env, run_user
 from svc_helpers import LiveServer, settings_for
 
+from kernelsearch.kernels.capture import Capture
 from kernelsearch.service.api import create_app
 from kernelsearch.service.worker import Worker
 
@@ -45,3 +49,16 @@ def test_a_plain_triton_autotune_kernel_reached_by_the_swap_is_tuned_by_a_worker
     assert len(rec.config_timings) == 2 and all(v is not None for v in rec.config_timings.values())
     assert got["second"]["sources"] == ["service"] and got["second"]["benched"] == 0
 
+
+def test_a_captured_call_is_tuned_over_the_configs_its_pruner_kept(sqlite_store) -> None:
+    """n=200: the pruner keeps BLOCK 256 and 512 (one program covers the call); the unpruned
+    first config (16) writes 16 of the 200 outputs. The job tunes 256 and 512, both right
+    against 256, and the record serves one of them."""
+    settings = settings_for(sqlite_store.url, tune_reference="none", job_modules=MODULES)
+    got, job, rec = _job_through_worker(sqlite_store, settings, "plus_one", 200)
+    assert got["first"]["best"] == 256  # the first config after pruning, as Triton runs it
+    assert Capture.from_json(job.capture).ran == (2, 3)
+    blocks = {json.loads(k)["BLOCK"]: v for k, v in rec.config_timings.items()}
+    assert set(blocks) == {256, 512} and all(v is not None for v in blocks.values())
+    assert rec.config["BLOCK"] in (256, 512)
+    assert got["second"]["sources"] == ["service"] and got["second"]["benched"] == 0

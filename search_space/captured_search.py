@@ -170,6 +170,7 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
                           "searched_median_us": v.searched_median_us, "config": key}
         if v.serve_searched:
             out.update(winner_origin="search", winner=ran_as(key), gain=v.speedup,
+                       gain_low=v.low, gate_edges=len(edge_caps),
                        gate_rel_error=gate.worst_rel_error)
         break  # one re-measure: the fastest candidate that is right
     return out

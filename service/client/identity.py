@@ -24,7 +24,7 @@ from .timing import quantiles
 
 from .resolution import Resolution
 from .options import Source
-from .search_policy import serve_searched
+from .search_policy import searched_allowed, serve_searched
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def searched_as_run(tuner: Any, kwargs: dict) -> list[Config]:
     """The decorator's `search_space` as its own pruner makes it on this call, where
     KS_AUTOTUNE_SERVE_SEARCHED allows a searched winner: a worker's search keys its winner as
     the pruner ran it (a pruner may rewrite configs, gemlite's adds constexprs)."""
-    if not tuner.search_space or not serve_searched(declared=False):
+    if not tuner.search_space or not searched_allowed():
         return []
     if tuner.early_config_prune is None and tuner.perf_model is None:
         return list(tuner.search_space)
@@ -138,7 +138,7 @@ def check_served(tuner: Any, key: tuple, case: Key, res: Resolution, args: tuple
     # A winner from `search_space` (a worker searched beyond the list) is served too, once
     # the record measured the whole list, where KS_AUTOTUNE_SERVE_SEARCHED allows it.
     beyond = [*tuner.search_space, *searched_as_run(tuner, kwargs)] \
-        if serve_searched(declared=False) else ()
+        if serve_searched(declared=False, record=found.record) else ()
     if covers(found.timings, found.config, pruned, beyond):
         return res
     if not stored:

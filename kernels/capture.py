@@ -562,15 +562,14 @@ def as_kernelsearch(obj: Any, defn: Definition) -> Any:
     beyond = [to_triton_config(c, configs) for c in defn.search_space]
     if not isinstance(obj, TritonAutotuner):
         return Autotuner(obj, list(obj.arg_names), configs, list(defn.key), None, None,
-                         search_space=beyond or None)
+                         search_space=beyond)
     prune = {"early_config_prune": obj.early_config_prune, "perf_model": obj.perf_model,
              "top_k": obj.configs_top_k}
     tuner = Autotuner(obj.fn, list(obj.arg_names), configs, list(obj.keys), obj.reset_to_zero,
                       obj.restore_value,
                       pre_hook=obj.pre_hook if obj.user_defined_pre_hook else None,
                       post_hook=obj.post_hook if obj.user_defined_post_hook else None,
-                      prune_configs_by=prune, do_bench=obj._do_bench,
-                      search_space=beyond or None)
+                      prune_configs_by=prune, do_bench=obj._do_bench, search_space=beyond)
     tuner.reached_by = defn.reached_by
     return tuner
 

@@ -17,6 +17,7 @@ whether a searched winner is served.
 """
 from __future__ import annotations
 
+import logging
 import math
 import random
 from typing import Any, Mapping, Sequence
@@ -27,6 +28,7 @@ from kernelsearch.search_space.derived import DerivedRule, SpaceMode, beyond_lis
 
 DERIVED = "derived"
 SAMPLE_SEED = 35
+log = logging.getLogger(__name__)
 
 
 def search_space_configs(configs: Sequence[Any], spec: Any, *, cap: int | None = None) -> list[Any]:
@@ -60,6 +62,27 @@ def _setting(setting: str | None) -> str:
     from kernelsearch.service.settings import client_settings
 
     return client_settings().autotune_serve_searched
+
+
+SPACES = ("list", DERIVED)
+
+
+def default_search_space() -> str | None:
+    """The search space of a kernel whose code gives none (KS_AUTOTUNE_SEARCH_SPACE): "derived"
+    or None (the list only). An unknown value is warned about once and searches the list only."""
+    from .options import Options
+
+    value = Options().search_space
+    if value not in SPACES:
+        if value not in _WARNED:
+            _WARNED.add(value)
+            log.warning("KS_AUTOTUNE_SEARCH_SPACE=%r is not one of %s; searching the list only",
+                        value, ", ".join(SPACES))
+        return None
+    return DERIVED if value == DERIVED else None
+
+
+_WARNED: set[str] = set()
 
 
 def serve_searched(*, declared: bool, record: Any = None, setting: str | None = None) -> bool:
@@ -109,6 +132,6 @@ def list_best(timings: Mapping[str, float | None] | None, configs: Sequence[Any]
     return configs[min(timed)[1]] if timed else None
 
 
-__all__ = ["search_space_configs", "serve_searched", "searched_allowed", "searched_evidence",
+__all__ = ["default_search_space", "search_space_configs", "serve_searched", "searched_allowed", "searched_evidence",
            "searched_winner",
            "list_best", "DERIVED"]

@@ -50,7 +50,8 @@ from .launch import FORCED, Using, run_forced
 from .options import POLICY_WHY, Fallback, Options, Source, Sync
 from .ranks import distributed, from_rank0, synced_ranks
 from .resolution import Resolution, to_triton
-from .search_policy import list_best, search_space_configs, searched_winner, serve_searched
+from .search_policy import (default_search_space, list_best, search_space_configs,
+                            searched_winner, serve_searched)
 from .share import share_declared, share_tuned
 from .timing import wallclock_bench
 
@@ -78,7 +79,8 @@ class Autotuner(TritonAutotuner):
         self.reached_by = Route.DECORATOR
         # Configs a worker may search beyond the list (an undeclared kernel's captured calls):
         # given, or the derived space ("derived", a DerivedRule: search_policy).
-        self.search_space = search_space_configs(configs, search_space)
+        self.search_space = search_space_configs(
+            configs, search_space if search_space is not None else default_search_space())
         for i, c in enumerate(self.search_space):
             if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
                 raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "

@@ -72,3 +72,21 @@ def test_the_decorator_serves_a_searched_winner_by_the_rule(sqlite_store, monkey
     torch.testing.assert_close(y, 2 * x)
     assert [s.value for s in tuner.sources.values()] == ["store"]
     assert tuner.best_config.kwargs["BLOCK"] == (256 if served else 16)
+
+
+def test_the_search_space_setting_gives_every_decorated_kernel_the_derived_space(
+        monkeypatch, caplog) -> None:
+    """KS_AUTOTUNE_SEARCH_SPACE=derived stands for `search_space="derived"` where the code gives
+    none; a space the code gives stays; an unknown value searches the list only, said once."""
+    from kernelsearch.search_policy import search_space_configs
+
+    derived = [canonical(c) for c in search_space_configs(u.CONFIGS, "derived")]
+    for value, want in (("derived", derived), ("list", []), ("", []), ("wide", [])):
+        monkeypatch.setenv("KS_AUTOTUNE_SEARCH_SPACE", value)
+        tuner = kernelsearch.autotune(configs=u.CONFIGS, key=["n"])(u.scale_kernel.fn)
+        assert [canonical(c) for c in tuner.search_space] == want, value
+    assert "KS_AUTOTUNE_SEARCH_SPACE='wide'" in caplog.text
+    monkeypatch.setenv("KS_AUTOTUNE_SEARCH_SPACE", "derived")
+    given = kernelsearch.autotune(configs=u.CONFIGS, key=["n"], search_space=[BEYOND])(
+        u.scale_kernel.fn)
+    assert [canonical(c) for c in given.search_space] == [canonical(BEYOND)]

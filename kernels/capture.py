@@ -534,7 +534,7 @@ def import_object(module: str, qualname: str) -> Any:
 def import_tuner(defn: Definition) -> Any:
     """The decorated kernel a definition names, imported from its module; KernelModuleUnavailable
     when the module cannot be imported here, does not hold it, or holds other code."""
-    obj = import_object(defn.module, defn.qualname)
+    obj = _autotuner_in(import_object(defn.module, defn.qualname))
     if not hasattr(obj, "using") and not hasattr(obj, "arg_names"):
         raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is not a Triton kernel "
                                       f"(a {type(obj).__name__})")
@@ -547,6 +547,21 @@ def import_tuner(defn: Definition) -> Any:
         raise KernelModuleUnavailable(defn.module, f"its {defn.qualname} is other code than the "
                                       f"caller's (source {here}, the caller's {defn.source_hash})")
     return obj if hasattr(obj, "using") else as_kernelsearch(obj, defn)
+
+
+def _autotuner_in(obj: Any) -> Any:
+    """The autotuner under `@triton.heuristics` (heuristics above autotune): the call reaches it
+    with the heuristics' values among its arguments, as its capture holds them; `obj` itself
+    when no autotuner lies under its heuristics."""
+    from triton.runtime.autotuner import Autotuner as TritonAutotuner
+    from triton.runtime.autotuner import Heuristics
+
+    inner = obj
+    while isinstance(inner, Heuristics):
+        inner = inner.fn
+        if isinstance(inner, TritonAutotuner):
+            return inner
+    return obj
 
 
 def as_kernelsearch(obj: Any, defn: Definition) -> Any:

@@ -38,6 +38,20 @@ def one_block_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
 
 
+@triton.heuristics({"EVEN": lambda args: args["n"] % 16 == 0})
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}, num_warps=1),
+                          triton.Config({"BLOCK": 32}, num_warps=1)], key=["n"])
+@triton.jit
+def halve_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    """y = x / 2, heuristics above the autotuner (the call reaches it with EVEN set)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 0.5)
+    else:
+        m = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 0.5, mask=m)
+
+
 def triple(x):
     import torch
 

@@ -62,3 +62,30 @@ def test_a_captured_call_is_tuned_over_the_configs_its_pruner_kept(sqlite_store)
     assert set(blocks) == {256, 512} and all(v is not None for v in blocks.values())
     assert rec.config["BLOCK"] in (256, 512)
     assert got["second"]["sources"] == ["service"] and got["second"]["benched"] == 0
+
+
+def test_the_worker_wraps_an_autotuner_under_heuristics_and_refuses_other_code() -> None:
+    """`@triton.heuristics` above `@triton.autotune`: the worker finds the plain autotuner under
+    the heuristics and wraps it (the call's capture holds the heuristics' values). A module
+    whose kernel is other code than the caller's is refused, saying so."""
+    from dataclasses import replace
+
+    import torch
+    import triton
+
+    import ks_plain_lib as lib
+    from kernelsearch import identity
+    from kernelsearch.kernels.capture import KernelModuleUnavailable, import_tuner
+    from kernelsearch.service.client.tuner import Autotuner
+
+    x = torch.randn(64)
+    und = identity.undeclared_kernel(lib.halve_kernel.fn, {"x_ptr": x, "y_ptr": x, "n": 64})
+    assert und.definition.reached_by.value == "triton_cache"
+    tuner = import_tuner(und.definition)
+    assert isinstance(tuner, Autotuner) and tuner.fn is lib.halve_kernel.fn.fn
+    y = torch.empty_like(x)
+    with tuner.using({"BLOCK": 32, "num_warps": 1}):
+        tuner[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](x, y, 64, EVEN=True)
+    torch.testing.assert_close(y, x / 2)
+    with pytest.raises(KernelModuleUnavailable, match="other code than the caller's"):
+        import_tuner(replace(und.definition, source_hash="0" * 16))

@@ -6,13 +6,23 @@ against the first of them."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+import torch
+import triton
 from at_env import child_env, run_user
 from svc_helpers import LiveServer, settings_for
 
-from kernelsearch.kernels.capture import Capture
+import ks_plain_lib as lib
+from kernelsearch import identity
+from kernelsearch.kernels.capture import (Capture, KernelModuleUnavailable, capture_call,
+                                          import_tuner)
+from kernelsearch.kernels.configs import canonical
+from kernelsearch.service import job_child, search_jobs
 from kernelsearch.service.api import create_app
+from kernelsearch.service.client.tuner import Autotuner
+from kernelsearch.service.definitions import register_definition
 from kernelsearch.service.worker import Worker
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("isolated_client")]
@@ -68,16 +78,6 @@ def test_the_worker_wraps_an_autotuner_under_heuristics_and_refuses_other_code()
     """`@triton.heuristics` above `@triton.autotune`: the worker finds the plain autotuner under
     the heuristics and wraps it (the call's capture holds the heuristics' values). A module
     whose kernel is other code than the caller's is refused, saying so."""
-    from dataclasses import replace
-
-    import torch
-    import triton
-
-    import ks_plain_lib as lib
-    from kernelsearch import identity
-    from kernelsearch.kernels.capture import KernelModuleUnavailable, import_tuner
-    from kernelsearch.service.client.tuner import Autotuner
-
     x = torch.randn(64)
     und = identity.undeclared_kernel(lib.halve_kernel.fn, {"x_ptr": x, "y_ptr": x, "n": 64})
     assert und.definition.reached_by.value == "triton_cache"
@@ -89,3 +89,32 @@ def test_the_worker_wraps_an_autotuner_under_heuristics_and_refuses_other_code()
     torch.testing.assert_close(y, x / 2)
     with pytest.raises(KernelModuleUnavailable, match="other code than the caller's"):
         import_tuner(replace(und.definition, source_hash="0" * 16))
+
+
+def test_a_search_job_runs_on_a_library_reached_unchanged(sqlite_store, monkeypatch) -> None:
+    """`kernelsearch search --from-captures` of a kernel whose module keeps `@triton.autotune`:
+    the search job's child wraps it as the worker's trial child does, and stores a record."""
+    x = torch.randn(100)
+    named = {"x_ptr": x, "y_ptr": torch.empty_like(x), "n": 100}
+    und = identity.undeclared_kernel(lib.triple_kernel, named)
+    beyond = [canonical(triton.Config({"BLOCK": 64}, num_warps=1))]
+    defn = {**und.definition.as_json(), "search_space": beyond, "reached_by": "swap"}
+    cap = capture_call(named, ["BLOCK"], [*defn["configs"], *beyond],
+                       lambda meta: (triton.cdiv(100, meta["BLOCK"]),)).as_json()
+    case = {"n": 100, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+    settings = settings_for(sqlite_store.url, job_modules=MODULES, search_trials=2, search_seconds=60)
+    sqlite_store.save_definition(und.name, defn)
+    register_definition(defn, sqlite_store)
+    first, _ = sqlite_store.queue_job(und.name, [case], 3, "grid", None, None, cap)
+    sqlite_store.cancel_job(first.id)
+    (queued, _), = search_jobs.queue_searches(sqlite_store, settings)
+    monkeypatch.setattr(job_child, "run_in_child", lambda fn, *a, stop=None, limit_s=None: fn(*a))
+    worker = Worker(settings, sqlite_store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    done = sqlite_store.get_job(queued.id)
+    assert done.status == "succeeded", done.error
+    (rec,) = sqlite_store.list_records(kernel=und.name)
+    assert len(rec.config_timings) >= 2 and rec.winner_origin in ("list", "search")

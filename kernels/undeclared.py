@@ -124,7 +124,10 @@ class Definition:
                 **({"search_space": [dict(c) for c in self.search_space]}
                    if self.search_space else {}),
                 **({"pruned": [dict(c) for c in self.pruned]} if self.pruned else {}),
-                "reached_by": self.reached_by.value}
+                # Only where a worker must redo it: a service that predates the field takes
+                # a decorated kernel's definition as before.
+                **({"reached_by": self.reached_by.value}
+                   if self.reached_by is not Route.DECORATOR else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Definition":

@@ -90,3 +90,38 @@ def test_the_search_space_setting_gives_every_decorated_kernel_the_derived_space
     given = kernelsearch.autotune(configs=u.CONFIGS, key=["n"], search_space=[BEYOND])(
         u.scale_kernel.fn)
     assert [canonical(c) for c in given.search_space] == [canonical(BEYOND)]
+
+
+def test_a_search_record_keeps_the_gates_evidence() -> None:
+    """The worker's record of a searched winner carries what `auto` serves it on: the gain's
+    lower bound and the edges the strict gate ran it on; a list winner carries neither."""
+    from kernelsearch.kernels import registry
+    from kernelsearch.kernels.undeclared import Definition, kernel_def
+    from kernelsearch.service.search_jobs import search_record
+
+    listed = [canonical(c) for c in u.CONFIGS]
+    win = canonical(BEYOND)
+    defn = Definition(name="ks_evidence.kernel", module="ks_evidence", qualname="kernel",
+                      arg_names=("x_ptr", "y_ptr", "n"), key=("n",), dtype_args=("x_ptr", "y_ptr"),
+                      configs=tuple(listed), search_space=(win,), source_hash="abc")
+    kdef = kernel_def(defn)
+    registry.register(kdef, replace=True)
+    keys = [canonical_key(c) for c in listed]
+    axes = {"n": N, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+    base = {"timings": {**{k: 10.0 + i for i, k in enumerate(keys)}, canonical_key(win): 5.0},
+            "listed": keys, "configs": {canonical_key(c): c for c in (*listed, win)},
+            "device": INTERPRETER_DEVICE, "timing_method": "interpreter-wallclock",
+            "versions": versions(), "evaluated": 4}
+    try:
+        searched = search_record(kdef, axes, {
+            **base, "winner": canonical_key(win), "winner_origin": "search", "gain": 2.0,
+            "gain_low": 1.4, "gate_edges": 1, "verdict": {"speedup": 2.0}},
+            study_name="s", job_id=None).value
+        assert (searched.gain_low, searched.gate_edges) == (1.4, 1)
+        assert serve_searched(declared=False, record=searched, setting="auto")
+        listed_win = search_record(kdef, axes, {
+            **base, "winner": keys[0], "winner_origin": "list", "verdict": None},
+            study_name="s", job_id=None).value
+        assert (listed_win.gain_low, listed_win.gate_edges) == (None, None)
+    finally:
+        registry.unregister(defn.name)

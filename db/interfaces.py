@@ -162,6 +162,8 @@ class RecordTransfer(Protocol):
 
     def withdraw_record(self, record_id: int) -> Withdrawal: ...
 
+    def reset_study(self, study_name: str) -> bool: ...
+
 
 @runtime_checkable
 class KernelDefinitions(Protocol):

@@ -244,6 +244,10 @@ class Record(Base):
     # statuses.WINNER_ORIGINS: the list's config or a searched one, and the searched one's gain.
     winner_origin: Mapped[str] = mapped_column(String(16), server_default=WinnerOrigin.LIST.value)
     gain_vs_list: Mapped[float | None] = mapped_column(Float)
+    # A searched winner's evidence: its gain's lower confidence bound, and the edge calls of the
+    # key the strict gate ran it on (None: no strict gate ran).
+    gain_low: Mapped[float | None] = mapped_column(Float)
+    gate_edges: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     is_current: Mapped[bool] = mapped_column(Boolean)
     superseded_at: Mapped[datetime | None]

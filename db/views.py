@@ -107,6 +107,12 @@ class RecordFields:
     # over the list's best, re-measured interleaved in the same run (search_space.remeasure).
     winner_origin: str = WinnerOrigin.LIST.value
     gain_vs_list: float | None = None
+    # A searched winner's evidence (what KS_AUTOTUNE_SERVE_SEARCHED=auto serves an undeclared
+    # kernel's on): the lower bound of the bootstrap interval of its re-measured gain, and how
+    # many edge calls of the key the strict gate ran it on besides the captured call (None: no
+    # strict gate ran).
+    gain_low: float | None = None
+    gate_edges: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -131,6 +131,8 @@ _RECORD_LIMITS: dict[str, dict[str, Any]] = {
     "uploaded_by": {"max_length": _width(Record.uploaded_by)},
     "uploaded_from": {"max_length": _width(Record.uploaded_from)},
     "gain_vs_list": {"gt": 0, "allow_inf_nan": False},
+    "gain_low": {"gt": 0, "allow_inf_nan": False},
+    "gate_edges": {"ge": 0, "le": INT32_MAX},
 }
 
 

@@ -151,15 +151,21 @@ class ArgCapture:
 
 @dataclass(frozen=True)
 class Capture:
-    """A call's arguments as data, and the grid of every config (the definition's order)."""
+    """A call's arguments as data, and the grid of every config (the definition's order).
+
+    `ran`: the positions of the configs the kernel's own pruner kept on this call, in its order
+    (empty: it kept them all). A job tunes those, and its reference is the first of them, as in
+    the user's process: a config the pruner drops may be wrong on this call by design."""
 
     args: tuple[ArgCapture, ...]
     grids: tuple[tuple[int, int, int], ...]
     version: int = CAPTURE_VERSION
+    ran: tuple[int, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {"version": self.version, "args": [a.as_json() for a in self.args],
-                "grids": [list(g) for g in self.grids]}
+                "grids": [list(g) for g in self.grids],
+                **({"ran": list(self.ran)} if self.ran else {})}
 
     @property
     def digest(self) -> str:
@@ -188,7 +194,11 @@ class Capture:
                                for v in g)):
                 raise CaptureError(f"capture.grids[{i}]: expected three integers in 0..2^31-1")
             out.append((g[0], g[1], g[2]))
-        return cls(args=args, grids=tuple(out))
+        ran = doc.get("ran") or []
+        if not isinstance(ran, list) or len(set(ran)) != len(ran) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(out) for i in ran):
+            raise CaptureError(f"capture.ran: expected distinct positions in 0..{len(out) - 1}")
+        return cls(args=args, grids=tuple(out), ran=tuple(ran))
 
     def check_against(self, defn: Definition) -> None:
         """The capture fits the definition: its arguments, one grid per config."""
@@ -199,6 +209,8 @@ class Capture:
         n = len(defn.configs) + len(defn.search_space)
         if len(self.grids) != n:
             raise CaptureError(f"capture.grids: {len(self.grids)} grids for {n} configs")
+        if any(i >= n for i in self.ran):
+            raise CaptureError(f"capture.ran: a position beyond the {n} configs")
 
     def check_bounds(self, bounds: CaptureBounds, key: Sequence[str] = ()) -> None:
         """What the call asks of a worker, against `bounds` and itself; CaptureError naming the
@@ -360,14 +372,37 @@ def heuristics_of(fn: Any) -> tuple[Mapping[str, Callable[[dict], Any]], ...]:
     return tuple(out)
 
 
+def _positions(ran: Sequence[Mapping[str, Any]] | None,
+               configs: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
+    """Where each config the pruner kept lies in `configs`: the equal one, else the one it
+    completes (a pruner may add constexprs). Empty when it kept them all in order, or made one
+    that no listed config stands for (the whole list is then tuned, as without a pruner)."""
+    if ran is None:
+        return ()
+    keys = [canonical_key(c) for c in configs]
+    out: list[int] = []
+    for r in ran:
+        k = canonical_key(r)
+        i = keys.index(k) if k in keys else next(
+            (j for j, c in enumerate(configs) if all(n in r and r[n] == v for n, v in c.items())),
+            -1)
+        if i < 0:
+            return ()
+        if i not in out:
+            out.append(i)
+    return () if out == list(range(len(configs))) else tuple(out)
+
+
 def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
                  configs: Sequence[Mapping[str, Any]], grid: Any,
+                 ran: Sequence[Mapping[str, Any]] | None = None,
                  heuristics: Sequence[Mapping[str, Callable[[dict], Any]]] = ()) -> Capture:
     """The capture of a call: `named` its arguments by name (those a config sets excluded),
     `constexprs` the names Triton treats as compile-time constants, `configs` each config's
     launch keywords (meta-parameters and options, as `triton.Config.all_kwargs()`), `grid` the
     launch grid (a tuple, or a callable of the launch's keywords, which include the values of
-    the kernel's `heuristics`, `heuristics_of`). CaptureError says what cannot travel."""
+    the kernel's `heuristics`, `heuristics_of`), `ran` the launch keywords of the configs the
+    kernel's pruner kept on this call. CaptureError says what cannot travel."""
     args = capture_args(named, constexprs)
     grids = []
     for i, c in enumerate(configs):
@@ -383,10 +418,11 @@ def capture_call(named: Mapping[str, Any], constexprs: Sequence[str],
         if not 1 <= len(dims) <= 3:
             raise CaptureError(f"grid: config {i} gives {len(dims)} dimensions")
         grids.append(tuple((dims + [1, 1])[:3]))
-    cap = Capture(args=tuple(args), grids=tuple(grids))  # type: ignore[arg-type]
+    cap = Capture(args=tuple(args), grids=tuple(grids), ran=_positions(ran, configs))  # type: ignore[arg-type]
     if len(json.dumps(cap.as_json())) > MAX_CAPTURE_BYTES:
         # Contents make it large: ranges instead.
-        cap = Capture(args=tuple(_without_contents(a) for a in cap.args), grids=cap.grids)
+        cap = Capture(args=tuple(_without_contents(a) for a in cap.args), grids=cap.grids,
+                      ran=cap.ran)
         if len(json.dumps(cap.as_json())) > MAX_CAPTURE_BYTES:
             raise CaptureError(f"capture: more than {MAX_CAPTURE_BYTES} bytes")
     return cap
@@ -516,15 +552,59 @@ def import_object(module: str, qualname: str) -> Any:
 def import_tuner(defn: Definition) -> Any:
     """The decorated kernel a definition names, imported from its module; KernelModuleUnavailable
     when the module cannot be imported here, does not hold it, or holds other code."""
-    obj = import_object(defn.module, defn.qualname)
-    if not hasattr(obj, "using"):
-        raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is not a "
-                                      "@kernelsearch.autotune kernel")
-    here = source_hash_of([jit_function_of(obj)])
+    obj = _autotuner_in(import_object(defn.module, defn.qualname))
+    if not hasattr(obj, "using") and not hasattr(obj, "arg_names"):
+        raise KernelModuleUnavailable(defn.module, f"{defn.qualname} is not a Triton kernel "
+                                      f"(a {type(obj).__name__})")
+    try:
+        here = source_hash_of([jit_function_of(obj)])
+    except Exception as exc:  # noqa: BLE001 - a kernel whose source cannot be read
+        raise KernelModuleUnavailable(defn.module, f"the source of its {defn.qualname} cannot "
+                                      f"be read ({type(exc).__name__}: {exc})") from exc
     if here != defn.source_hash:
         raise KernelModuleUnavailable(defn.module, f"its {defn.qualname} is other code than the "
                                       f"caller's (source {here}, the caller's {defn.source_hash})")
+    return obj if hasattr(obj, "using") else as_kernelsearch(obj, defn)
+
+
+def _autotuner_in(obj: Any) -> Any:
+    """The autotuner under `@triton.heuristics` (heuristics above autotune): the call reaches it
+    with the heuristics' values among its arguments, as its capture holds them; `obj` itself
+    when no autotuner lies under its heuristics."""
+    from triton.runtime.autotuner import Autotuner as TritonAutotuner
+    from triton.runtime.autotuner import Heuristics
+
+    inner = obj
+    while isinstance(inner, Heuristics):
+        inner = inner.fn
+        if isinstance(inner, TritonAutotuner):
+            return inner
     return obj
+
+
+def as_kernelsearch(obj: Any, defn: Definition) -> Any:
+    """The kernel a module ships as a plain `triton.autotune` Autotuner (or a bare jit or
+    heuristics function), made a `@kernelsearch.autotune` one as the user's process made it
+    (the swap, or Triton's cache manager): its `fn`, the definition's configs, search space and
+    key, the shipped autotuner's pruner and hooks."""
+    from triton.runtime.autotuner import Autotuner as TritonAutotuner
+
+    from kernelsearch.service.client.tuner import Autotuner
+
+    configs = [to_triton_config(c) for c in defn.configs]
+    beyond = [to_triton_config(c, configs) for c in defn.search_space]
+    if not isinstance(obj, TritonAutotuner):
+        return Autotuner(obj, list(obj.arg_names), configs, list(defn.key), None, None,
+                         search_space=beyond)
+    prune = {"early_config_prune": obj.early_config_prune, "perf_model": obj.perf_model,
+             "top_k": obj.configs_top_k}
+    tuner = Autotuner(obj.fn, list(obj.arg_names), configs, list(obj.keys), obj.reset_to_zero,
+                      obj.restore_value,
+                      pre_hook=obj.pre_hook if obj.user_defined_pre_hook else None,
+                      post_hook=obj.post_hook if obj.user_defined_post_hook else None,
+                      prune_configs_by=prune, do_bench=obj._do_bench, search_space=beyond)
+    tuner.reached_by = defn.reached_by
+    return tuner
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -554,10 +634,22 @@ class CapturedKernel(UndeclaredKernel):
     def source_hash(self) -> str:  # type: ignore[override]
         return self.definition.source_hash
 
+    @property
+    def listed_configs(self) -> list[dict[str, Any]]:
+        """The list as the kernel's pruner made it on the captured call (the whole list when
+        the capture says nothing of it)."""
+        every = (*self.definition.configs, *self.definition.search_space)
+        if not self.capture.ran:
+            return [dict(c) for c in self.definition.configs]
+        return [dict(every[i]) for i in self.capture.ran]
+
     def configs_for_case(self, axes: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The space a case is tuned in: this definition's configs and search space (made per
-        case, not cached by name: a definition grows under one name)."""
-        return [dict(c) for c in (*self.definition.configs, *self.definition.search_space)]
+        """The space a case is tuned in: the list as the pruner made it on the call, then the
+        search space (made per case, not cached by name: a definition grows under one name)."""
+        listed = self.listed_configs
+        known = {canonical_key(c) for c in listed}
+        return listed + [dict(c) for c in self.definition.search_space
+                         if canonical_key(c) not in known]
 
     def child_spec(self) -> dict[str, Any]:
         """What a trial child needs to make this kernel again (`kernel_from_spec`)."""
@@ -610,7 +702,7 @@ class CapturedKernel(UndeclaredKernel):
 
     @property
     def first_config(self) -> dict[str, Any]:
-        return self.validate_config(self.definition.configs[0])
+        return self.validate_config(self.listed_configs[0])
 
     def captured_launch(self, *inputs: torch.Tensor, config: Mapping[str, Any],
                         out: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Collection, Mapping, Sequence
 
 import torch
@@ -68,6 +69,15 @@ def dtype_axis(arg: str) -> str:
     return f"{arg}{DTYPE_AXIS_SUFFIX}"
 
 
+class Route(str, Enum):
+    """How a kernel reached kernelsearch in the user's process: what a worker must redo to hold
+    the same autotuner, when the module as shipped holds a plain `triton.autotune` one."""
+
+    DECORATOR = "decorator"  # `@kernelsearch.autotune` written in the kernel's own module
+    SWAP = "swap"  # `triton.autotune = kernelsearch.autotune` before a library was imported
+    TRITON_CACHE = "triton_cache"  # a plain `@triton.autotune` met by Triton's cache manager
+
+
 class NotDeclared(NotImplementedError):
     """What an undeclared kernel cannot do without a declaration (draw inputs, a reference)."""
 
@@ -91,6 +101,7 @@ class Definition:
     # Configs the user's pruner made on calls (`early_config_prune` may yield new ones): a record
     # may hold one, and a host serves it only where its own pruner made it too; never searched.
     pruned: tuple[dict[str, Any], ...] = ()
+    reached_by: Route = Route.DECORATOR
 
     def __post_init__(self) -> None:
         for what in ("name", "module", "qualname"):
@@ -112,7 +123,11 @@ class Definition:
                 "description": self.description,
                 **({"search_space": [dict(c) for c in self.search_space]}
                    if self.search_space else {}),
-                **({"pruned": [dict(c) for c in self.pruned]} if self.pruned else {})}
+                **({"pruned": [dict(c) for c in self.pruned]} if self.pruned else {}),
+                # Only where a worker must redo it: a service that predates the field takes
+                # a decorated kernel's definition as before.
+                **({"reached_by": self.reached_by.value}
+                   if self.reached_by is not Route.DECORATOR else {})}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Definition":
@@ -141,6 +156,9 @@ class Definition:
                                          f"string, got {v!r}")
         if not configs:
             raise ValueError("configs: expected a non-empty list of non-empty objects")
+        route = doc.get("reached_by", Route.DECORATOR.value)
+        if route not in {r.value for r in Route}:
+            raise ValueError(f"reached_by: expected one of {[r.value for r in Route]}, got {route!r}")
         texts = {n: doc.get(n) for n in ("name", "module", "qualname", "source_hash")}
         for n, v in texts.items():
             if n == "source_hash":
@@ -153,7 +171,7 @@ class Definition:
                    dtype_args=tuple(doc.get("dtype_args") or ()),
                    configs=tuple(dict(c) for c in configs), source_hash=str(texts["source_hash"]),
                    search_space=tuple(dict(c) for c in beyond),
-                   pruned=tuple(dict(c) for c in made),
+                   pruned=tuple(dict(c) for c in made), reached_by=Route(route),
                    description=str(doc.get("description") or "")[:500])
 
     def with_pruned(self, ran: Sequence[Mapping[str, Any]]) -> "Definition":

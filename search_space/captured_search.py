@@ -91,7 +91,7 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
     inputs = list(kdef.captured_inputs(axes, device=device))
     space = {canonical_key(c): canonical(c) for c in (*defn.configs, *defn.search_space)}
     made = _runs_as(kdef, space, inputs)
-    listed = [canonical(c) for c in defn.configs]
+    listed = [canonical(c) for c in kdef.listed_configs]  # as the kernel's pruner made it
     method = ""
     timed: dict[str, float] = {}  # by the config the pruner made: candidates it merges are one
 
@@ -170,6 +170,7 @@ def search_captured(definition: Mapping[str, Any], capture: Mapping[str, Any], *
                           "searched_median_us": v.searched_median_us, "config": key}
         if v.serve_searched:
             out.update(winner_origin="search", winner=ran_as(key), gain=v.speedup,
+                       gain_low=v.low, gate_edges=len(edge_caps),
                        gate_rel_error=gate.worst_rel_error)
         break  # one re-measure: the fastest candidate that is right
     return out

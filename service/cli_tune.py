@@ -3,7 +3,8 @@
 Cases come from the kernel's declaration only (`--case N` for a suite case, `--case axis=value`
 for any other), so a plugin kernel is tuned exactly as a built-in one. `--trials N` adds N
 evaluated configs to each case's study: earlier runs' trials (failed ones too) are kept, never
-re-run, and do not use up this run's budget.
+re-run, and do not use up this run's budget; `--fresh` drops them first, so every config is
+measured again (a fixed kernel, a fixed check, or a wrong record withdrawn).
 """
 from __future__ import annotations
 
@@ -218,6 +219,9 @@ def tune(
     compile_workers: Optional[int] = typer.Option(None, "--compile-workers", min=0,
                                                   help="compile-ahead processes on a GPU (0: off)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed"),
+    fresh: bool = typer.Option(False, "--fresh",
+                               help="start each case's study anew: its earlier trials, failed "
+                                    "ones included, are dropped and every config is measured again"),
 ) -> None:
     """Tune cases of KERNEL; each case's best config becomes (or improves) its record. Exits 1
     when a case ends without any record, saying why its trials failed."""
@@ -228,7 +232,8 @@ def tune(
     from kernelsearch.db.store import Store
     from kernelsearch.search_space.runner import TrialRunner
     from kernelsearch.search_space.space import SpaceError, case_space
-    from kernelsearch.search_space.tuner import SAMPLERS, TuneHooks, TuneOptions, tune_case
+    from kernelsearch.search_space.tuner import (SAMPLERS, TuneHooks, TuneOptions, study_name,
+                                                 tune_case)
 
     from .settings import get_settings
 
@@ -275,6 +280,8 @@ def tune(
 
                 if calls is not None:
                     _use_call(kernel, calls[cases.index(axes)])
+                if fresh:
+                    store.reset_study(study_name(kernel, axes, runner.device_name))
                 res = tune_case(kernel, axes, store=store, storage=db_url, runner=runner,
                                 options=TuneOptions(n_trials=trials, sampler=sampler, timeout_s=timeout,
                                                     patience=patience, warm_start=not no_warm_start,

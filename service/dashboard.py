@@ -530,13 +530,30 @@ def _undeclared_view(k: UndeclaredKernel, groups: list[dict[str, Any]],
         for r in g["rows"]:
             timings = r.get("config_timings") or {}
             won = canonical_key(r["config"]) if isinstance(r.get("config"), dict) else None
+            failed = {key for key in keys if key in timings and timings[key] is None}
+            why = _failure_reasons(store, k.name, g["device"], r["case"]) if failed else {}
             rows.append({"label": r["case_label"], "url": r["case_url"],
-                         "cells": [{"us": timings.get(key), "best": key == won} for key in keys]})
+                         "cells": [{"us": timings.get(key), "best": key == won,
+                                    "failed": key in failed, "why": why.get(key, "")}
+                                   for key in keys]})
         devices.append({"device": g["device"], "rows": rows})
     captured = {json.dumps(axes, sort_keys=True): axes for axes, _ in store.kernel_captures(k.name)}
     return {"module": d.module, "qualname": d.qualname, "source_hash": d.source_hash,
             "configs": [json.dumps(c, sort_keys=True) for c in configs],
             "n_listed": len(d.configs), "timings": devices, "captured": captured}
+
+
+def _failure_reasons(store: ServiceStore, kernel: str, device: str,
+                     axes: dict[str, Any]) -> dict[str, str]:
+    """Why each config of a key failed, by canonical config key, from the key's trial
+    summaries (the latest failure of each config): a record times a failed config as null,
+    which is a measurement (wrong_result, a compile error), not a config left unmeasured."""
+    out: dict[str, str] = {}
+    for t in store.trial_summaries(kernel, device, axes):
+        if t.get("failure_kind") and isinstance(t.get("config"), dict):
+            msg = str(t.get("message") or "").strip().splitlines()
+            out[canonical_key(t["config"])] = f"{t['failure_kind']}" + (f": {msg[0]}" if msg else "")
+    return out
 
 
 def _page_number(v: str | None) -> int:

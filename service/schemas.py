@@ -201,6 +201,9 @@ class DefinitionIn(BaseModel):
     pruned: list[dict[str, bool | int | float | str]] = Field(
         default_factory=list, max_length=1000,
         description="configs the kernel's pruner made on calls (a record may hold one; never searched)")
+    reached_by: Literal["decorator", "swap", "triton_cache"] = Field(
+        "decorator", description="how the kernel reached kernelsearch: a worker importing a module "
+                                 "that keeps triton.autotune wraps the kernel as the swap did")
     description: str = Field("", max_length=500)
 
 

@@ -104,7 +104,10 @@ def search_record(kdef: KernelDef, axes: Mapping[str, Any], out: Mapping[str, An
         n_trials=len(timings), n_failed=n_failed, config_timings=kept, study_name=study_name,
         job_id=job_id, tuned_at=datetime.now(timezone.utc), origin=RecordOrigin.WORKER.value,
         winner_origin=WinnerOrigin.SEARCH.value if searched else WinnerOrigin.LIST.value,
-        gain_vs_list=float(out["gain"]) if searched else (1.0 if verdict is not None else None)))
+        gain_vs_list=float(out["gain"]) if searched else (1.0 if verdict is not None else None),
+        gain_low=float(out["gain_low"]) if searched and out.get("gain_low") is not None else None,
+        gate_edges=int(out["gate_edges"]) if searched and out.get("gate_edges") is not None
+        else None))
 
 
 def _edges(store: Any, settings: Settings, kdef: Any, job: Any,

@@ -268,10 +268,36 @@ class RecordRepo(RepoBase):
 
         return self._tx(q, write=False)
 
+    def reset_study(self, study_name: str) -> bool:
+        """Forget one study: Optuna's trials (failed ones too, which a resumed study never runs
+        again) and their summaries, so the key's next tune or search measures every config anew
+        instead of answering from what it kept. False when Optuna had no such study."""
+        import optuna
+
+        from ..optuna_storage import open_optuna_storage
+
+        def tx(s: Session) -> None:
+            s.execute(delete(TrialSummary).where(TrialSummary.study_name == study_name)
+                      .execution_options(synchronize_session=False))
+
+        self._tx(tx, write=True)
+        storage = open_optuna_storage(self.url)
+        try:
+            optuna.delete_study(study_name=study_name, storage=storage)
+        except KeyError:
+            return False
+        finally:
+            rdb = getattr(storage, "rdb", None)
+            if rdb is not None:
+                rdb.engine.dispose()
+        return True
+
     def withdraw_record(self, record_id: int) -> Withdrawal:
         """Delete one record (NotFound when there is none). When it was current, the best of its
         key's history by `rank` is served in its place, or nothing when it had none; the records
-        counter moves, so lookup caches drop what they kept."""
+        counter moves, so lookup caches drop what they kept. Its study is reset (`reset_study`):
+        a withdrawn record stays withdrawn until a new measurement, never re-made from the
+        trials that made it."""
         check_int(record_id, "record_id", minimum=1)
 
         def tx(s: Session) -> Withdrawal:
@@ -306,7 +332,10 @@ class RecordRepo(RepoBase):
             self._bump(s, "records")
             return Withdrawal(gone, now_current)
 
-        return self._tx(tx, write=True)
+        out = self._tx(tx, write=True)
+        if out.withdrawn.study_name:
+            self.reset_study(out.withdrawn.study_name)
+        return out
 
     def records_version(self) -> int:
         """A number that changes whenever records change (for cache invalidation)."""

@@ -16,14 +16,15 @@ from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.configs import canonical, canonical_key, covers
 from kernelsearch.kernels.resolve import Found, Key
 from kernelsearch.kernels.spec import source_hash_of
-from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel, kernel_def, tensor_args
+from kernelsearch.kernels.undeclared import (Definition, Route, UndeclaredKernel, kernel_def,
+                                             tensor_args)
 
 from . import guard
 from .timing import quantiles
 
 from .resolution import Resolution
 from .options import Source
-from .search_policy import serve_searched
+from .search_policy import searched_allowed, serve_searched
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ def undeclared_kernel(tuner: TritonAutotuner, named: Mapping[str, Any],
         dtype_args=tensor_args(named, tuple(tuner.keys)),
         configs=tuple(canonical(c) for c in tuner.configs), source_hash=source_hash,
         search_space=tuple(canonical(c) for c in getattr(tuner, "search_space", ())),
+        # A plain `triton.autotune` kernel (no `reached_by` of ours) is met by the cache manager.
+        reached_by=getattr(tuner, "reached_by", Route.TRITON_CACHE),
         description=(base.__doc__ or "").strip().split("\n")[0][:200])
     und = kernel_def(defn)
     from kernelsearch.kernels import registry
@@ -105,7 +108,7 @@ def searched_as_run(tuner: Any, kwargs: dict) -> list[Config]:
     """The decorator's `search_space` as its own pruner makes it on this call, where
     KS_AUTOTUNE_SERVE_SEARCHED allows a searched winner: a worker's search keys its winner as
     the pruner ran it (a pruner may rewrite configs, gemlite's adds constexprs)."""
-    if not tuner.search_space or not serve_searched(declared=False):
+    if not tuner.search_space or not searched_allowed():
         return []
     if tuner.early_config_prune is None and tuner.perf_model is None:
         return list(tuner.search_space)
@@ -135,7 +138,7 @@ def check_served(tuner: Any, key: tuple, case: Key, res: Resolution, args: tuple
     # A winner from `search_space` (a worker searched beyond the list) is served too, once
     # the record measured the whole list, where KS_AUTOTUNE_SERVE_SEARCHED allows it.
     beyond = [*tuner.search_space, *searched_as_run(tuner, kwargs)] \
-        if serve_searched(declared=False) else ()
+        if serve_searched(declared=False, record=found.record) else ()
     if covers(found.timings, found.config, pruned, beyond):
         return res
     if not stored:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,10 @@ class Options:
     sync: Sync = Sync.NONE
     submit_jobs: bool = True
     prepare: bool = True
+    # KS_AUTOTUNE_SEARCH_SPACE: what workers may search beyond the list of every kernel this
+    # program decorates or manages, where the code says nothing (search_policy.default_search_space).
+    search_space: str = field(
+        default_factory=lambda: os.environ.get("KS_AUTOTUNE_SEARCH_SPACE", "").strip() or "list")
 
     @classmethod
     def from_env(cls) -> "Options":

@@ -7,11 +7,17 @@ whether a searched winner is served.
   process). A list of `triton.Config` is sent as given; nothing (the default) searches the list
   only.
 - `KS_AUTOTUNE_SERVE_SEARCHED`: a record whose winner lies beyond the list is served where this
-  allows it (auto: for declared kernels, not for undeclared ones until their gate has a track
-  record); otherwise the call runs the list's best by the record's own timings.
+  allows it; otherwise the call runs the list's best by the record's own timings. `auto`: a
+  declared kernel's always (its declaration's gate checked it); an undeclared kernel's when the
+  record carries the evidence that stands for a declaration (`searched_evidence`): the strict
+  gate ran it on fresh draws of the call and on every edge call the key had, and the lower
+  bound of its re-measured gain over the list's best is above 1 (a gain of exactly 1 is no
+  improvement). A record without that evidence (stored before it was kept, or uploaded) is not
+  served under `auto`.
 """
 from __future__ import annotations
 
+import logging
 import math
 import random
 from typing import Any, Mapping, Sequence
@@ -22,6 +28,7 @@ from kernelsearch.search_space.derived import DerivedRule, SpaceMode, beyond_lis
 
 DERIVED = "derived"
 SAMPLE_SEED = 35
+log = logging.getLogger(__name__)
 
 
 def search_space_configs(configs: Sequence[Any], spec: Any, *, cap: int | None = None) -> list[Any]:
@@ -49,23 +56,71 @@ def search_space_configs(configs: Sequence[Any], spec: Any, *, cap: int | None =
     return [to_triton_config(c) for c in beyond]
 
 
-def serve_searched(*, declared: bool, setting: str | None = None) -> bool:
-    """Whether a winner found beyond the list is served (KS_AUTOTUNE_SERVE_SEARCHED)."""
-    if setting is None:
-        from kernelsearch.service.settings import client_settings
+def _setting(setting: str | None) -> str:
+    if setting is not None:
+        return setting
+    from kernelsearch.service.settings import client_settings
 
-        setting = client_settings().autotune_serve_searched
-    value = setting
+    return client_settings().autotune_serve_searched
+
+
+SPACES = ("list", DERIVED)
+
+
+def default_search_space() -> str | None:
+    """The search space of a kernel whose code gives none (KS_AUTOTUNE_SEARCH_SPACE): "derived"
+    or None (the list only). An unknown value is warned about once and searches the list only."""
+    from .options import Options
+
+    value = Options().search_space
+    if value not in SPACES:
+        if value not in _WARNED:
+            _WARNED.add(value)
+            log.warning("KS_AUTOTUNE_SEARCH_SPACE=%r is not one of %s; searching the list only",
+                        value, ", ".join(SPACES))
+        return None
+    return DERIVED if value == DERIVED else None
+
+
+_WARNED: set[str] = set()
+
+
+def serve_searched(*, declared: bool, record: Any = None, setting: str | None = None) -> bool:
+    """Whether a winner found beyond the list is served (KS_AUTOTUNE_SERVE_SEARCHED): under
+    `auto` a declared kernel's, or an undeclared kernel's `record` with the strict gate's
+    evidence (module docstring)."""
+    value = _setting(setting)
     if value == "auto":
-        return declared
+        return declared or (record is not None and searched_evidence(record))
     return value == "on"
+
+
+def searched_allowed(setting: str | None = None) -> bool:
+    """Whether any searched winner may be served (not KS_AUTOTUNE_SERVE_SEARCHED=off): what a
+    call must prepare before it sees the record."""
+    return _setting(setting) != "off"
+
+
+def _field(record: Any, name: str) -> Any:
+    return record.get(name) if isinstance(record, Mapping) else getattr(record, name, None)
+
+
+def searched_evidence(record: Any) -> bool:
+    """Whether a searched winner's record shows the strict gate ran it over the key's edges
+    (`gate_edges` recorded: every edge the key had, possibly none) and its re-measured gain's
+    lower confidence bound is above 1.0."""
+    edges, low = _field(record, "gate_edges"), _field(record, "gain_low")
+    if not isinstance(edges, int) or isinstance(edges, bool) or edges < 0:
+        return False
+    if not isinstance(low, (int, float)) or isinstance(low, bool) or not math.isfinite(low):
+        return False
+    return low > 1.0
 
 
 def searched_winner(record: Any) -> bool:
     """Whether a record's winner was found beyond the list (`winner_origin` search), from a
     store's record view or a service's record JSON."""
-    origin = record.get("winner_origin") if isinstance(record, Mapping) \
-        else getattr(record, "winner_origin", None)
+    origin = _field(record, "winner_origin")
     return str(origin) == WinnerOrigin.SEARCH.value
 
 
@@ -77,4 +132,6 @@ def list_best(timings: Mapping[str, float | None] | None, configs: Sequence[Any]
     return configs[min(timed)[1]] if timed else None
 
 
-__all__ = ["search_space_configs", "serve_searched", "searched_winner", "list_best", "DERIVED"]
+__all__ = ["default_search_space", "search_space_configs", "serve_searched", "searched_allowed", "searched_evidence",
+           "searched_winner",
+           "list_best", "DERIVED"]

@@ -108,6 +108,11 @@ def _kernel(call: _Call) -> Any:
 
     und = getattr(call.tuner, "_ks_undeclared", None)
     if und is None:
+        from .search_policy import default_search_space, search_space_configs
+
+        # What workers may search beyond the list (KS_AUTOTUNE_SEARCH_SPACE), as the decorator
+        # keeps it: its definition and its captures carry it. Triton never reads the attribute.
+        call.tuner.search_space = search_space_configs(call.tuner.configs, default_search_space())
         und = undeclared_kernel(call.tuner, call.named)
         call.tuner._ks_undeclared = und
     return und
@@ -170,10 +175,29 @@ def share_entry(call: _Call, data: str) -> bool:
     winner = listed.get(canonical_key(chosen)) if chosen is not None else None
     if winner is None:
         winner = min(timings, key=lambda c: timings[c][0] if isinstance(timings[c], list) else timings[c])
-    share_tuned(call.tuner, und, key, winner, timings, call.args, call.kwargs, call.configs[0])
+    share_tuned(call.tuner, und, key, winner, timings, call.args, call.kwargs, call.configs[0],
+                guard.guarded(und.name, "capturing the call", lambda: _capture(call), None))
     guard.guarded(und.name, "sharing the compiled kernel",
                   lambda: _note_compiled(call, und.name, key.axes_dict, winner), None)
     return True
+
+
+def _capture(call: _Call) -> dict[str, Any] | None:
+    """The call as data, kept with its record so that a search of its key has a call to run
+    (kernels.capture: every config's grid, the list and the search space, and the configs
+    Triton's pruning kept); None where the program sends no jobs (KS_AUTOTUNE_SUBMIT=0)."""
+    from kernelsearch.kernels.capture import capture_call, jit_function_of
+    from .options import Options
+
+    if not Options.from_env().submit_jobs:
+        return None
+    tuner = call.tuner
+    meta = {k for c in tuner.configs for k in c.kwargs}
+    named = {k: v for k, v in call.named.items() if k not in meta}
+    constexprs = [tuner.arg_names[i] for i in getattr(jit_function_of(tuner), "constexprs", ())]
+    every = [*tuner.configs, *getattr(tuner, "search_space", ())]
+    return capture_call(named, constexprs, [c.all_kwargs() for c in every],
+                        call.kwargs.get("grid"), [c.all_kwargs() for c in call.configs]).as_json()
 
 
 def _note_compiled(call: _Call, name: str, axes: Any, winner: Config) -> None:

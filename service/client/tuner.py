@@ -37,7 +37,7 @@ from triton.runtime.errors import InterpreterError, OutOfResources, PTXASError
 from kernelsearch.kernels.capture import jit_function_of
 from kernelsearch.kernels.configs import canonical, canonical_key
 from kernelsearch.kernels.resolve import Found, Key, Match, Near
-from kernelsearch.kernels.undeclared import UndeclaredKernel
+from kernelsearch.kernels.undeclared import Route, UndeclaredKernel
 from kernelsearch.search_space.derived import DerivedRule
 
 from . import artifacts, guard
@@ -50,7 +50,8 @@ from .launch import FORCED, Using, run_forced
 from .options import POLICY_WHY, Fallback, Options, Source, Sync
 from .ranks import distributed, from_rank0, synced_ranks
 from .resolution import Resolution, to_triton
-from .search_policy import list_best, search_space_configs, searched_winner, serve_searched
+from .search_policy import (default_search_space, list_best, search_space_configs,
+                            searched_winner, serve_searched)
 from .share import share_declared, share_tuned
 from .timing import wallclock_bench
 
@@ -75,9 +76,11 @@ class Autotuner(TritonAutotuner):
         super().__init__(fn, arg_names, configs, key, *args, **kwargs)
         self.kernel_name = name
         self.reference = reference
+        self.reached_by = Route.DECORATOR
         # Configs a worker may search beyond the list (an undeclared kernel's captured calls):
         # given, or the derived space ("derived", a DerivedRule: search_policy).
-        self.search_space = search_space_configs(configs, search_space)
+        self.search_space = search_space_configs(
+            configs, search_space if search_space is not None else default_search_space())
         for i, c in enumerate(self.search_space):
             if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
                 raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "
@@ -297,8 +300,9 @@ class Autotuner(TritonAutotuner):
         axes = case.axes_dict
         return lambda other: kdef.distance(axes, dict(other))
 
-    def _capture(self, kwargs: dict) -> dict[str, Any] | None:
-        """This call as data for a worker (kernels.capture), None when it cannot travel."""
+    def _capture(self, kwargs: dict, ran: Sequence[Config]) -> dict[str, Any] | None:
+        """This call as data for a worker (kernels.capture), with `ran`, the configs this
+        kernel's pruner kept on it; None when it cannot travel."""
         from kernelsearch.kernels.capture import CaptureError, capture_call, heuristics_of
 
         try:
@@ -307,7 +311,8 @@ class Autotuner(TritonAutotuner):
             constexprs = [self.arg_names[i] for i in getattr(jit_function_of(self), "constexprs", ())]
             return capture_call(named, constexprs,
                                 [c.all_kwargs() for c in [*self.configs, *self.search_space]],
-                                kwargs.get("grid"), heuristics_of(self.fn)).as_json()
+                                kwargs.get("grid"), [c.all_kwargs() for c in ran],
+                                heuristics_of(self.fn)).as_json()
         except CaptureError as exc:
             self._tell("capture", logging.INFO, "%s: this call cannot be sent to the workers "
                        "(%s); it runs the fallback config until a record lands", self._name(), exc)
@@ -323,11 +328,11 @@ class Autotuner(TritonAutotuner):
         near = self._near(case)
         # Workers tune an undeclared kernel from a call's capture, sent in the opt-in modes (the
         # default tunes here and shares the result).
-        capture = (self._capture(kwargs) if opts.submit_jobs and self.kernel_def is None
+        capture = (self._capture(kwargs, ran) if opts.submit_jobs and self.kernel_def is None
                    and opts.fallback is not Fallback.TUNE else None)
         submit = opts.submit_jobs and (self.kernel_def is not None or capture is not None)
         if capture is not None:
-            n_trials = len(self.configs) + len(self.search_space)
+            n_trials = len(capture.get("ran") or self.configs) + len(self.search_space)
         # Imports and clients are local work, bounded whatever the service does: done here, so
         # that the hard timeout below is spent on the lookup itself.
         BACKENDS.prepare()
@@ -441,7 +446,7 @@ class Autotuner(TritonAutotuner):
                               lambda: share_declared(self.kernel_def, case, config, len(pruned), args), None)
             elif case is not None and not cached:
                 # The call too, so that a search of this key has it to run (no job carries it).
-                capture = self._capture(kwargs) if opts.submit_jobs else None
+                capture = self._capture(kwargs, pruned) if opts.submit_jobs else None
                 self._share_undeclared(case, config, self.configs_timings, args, kwargs, pruned[0],
                                        capture)
             return Resolution(config, Source.CACHED if cached else Source.TUNED_HERE,

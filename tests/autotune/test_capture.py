@@ -280,7 +280,7 @@ def test_a_grid_that_reads_a_heuristic_value_is_captured() -> None:
     assert [list(lv) for lv in levels] == [["TILE_M"], ["BLOCK"]]
     cap = capture_call({"x_ptr": torch.zeros(4), "M": 1000}, ["BLOCK", "TILE_M"],
                        [{"BLOCK": 8}, {"BLOCK": 16}], lambda meta: (triton.cdiv(meta["M"], meta["TILE_M"]),),
-                       levels)
+                       heuristics=levels)
     assert cap.grids == ((32, 1, 1), (16, 1, 1))  # TILE_M = 4 * BLOCK, then BLOCK doubled
     with pytest.raises(KeyError):
         capture_call({"x_ptr": torch.zeros(4), "M": 1000}, [], [{"BLOCK": 8}],

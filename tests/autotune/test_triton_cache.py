@@ -54,3 +54,23 @@ def test_with_the_service_down_triton_benchmarks_as_usual(tmp_path) -> None:
     # Triton's own file cache still works: the same host runs no benchmark the second time.
     again = _host(300, env, tmp_path / "host")
     assert again["benched"] == 0
+
+
+def test_the_managed_kernel_sends_its_call_and_the_derived_space_the_setting_asks_for(
+        sqlite_store, tmp_path) -> None:
+    """KS_AUTOTUNE_SEARCH_SPACE=derived, no code changed: the shared entry's kernel carries the
+    derived space beyond its list, and its call (a grid for every config) is kept for a search
+    of the key, with the configs Triton's pruning kept."""
+    from kernelsearch.kernels.capture import Capture
+
+    settings = settings_for(sqlite_store.url, job_modules=["ks_triton_cache_user"])
+    with LiveServer(create_app(settings, store=sqlite_store)) as srv:
+        env = child_env(KS_SERVICE_URL=srv.url, TRITON_CACHE_MANAGER=MANAGER,
+                        KS_AUTOTUNE_TIMEOUT_S="10", KS_PROVIDER_TIMEOUT_S="10",
+                        KS_AUTOTUNE_SEARCH_SPACE="derived")
+        assert _host(300, env, tmp_path / "host1")["shared"] == 1
+    defn = sqlite_store.kernel_definitions()[NAME]
+    assert defn["reached_by"] == "triton_cache" and len(defn["search_space"]) > 0
+    ((axes, cap),) = sqlite_store.kernel_captures(NAME)
+    assert axes == {"n": 300, "x_ptr.dtype": "float32", "y_ptr.dtype": "float32"}
+    assert len(Capture.from_json(cap).grids) == 3 + len(defn["search_space"])

@@ -169,6 +169,20 @@ def test_the_kernel_page_of_an_undeclared_kernel(user_client: TestClient, store:
     assert "No call of it is stored yet" in html and 'value="all"' not in html
 
 
+def test_the_kernel_page_shows_a_failed_config_as_failed_with_its_reason(user_client: TestClient,
+                                                                         store: Store) -> None:
+    """A record times a config that failed (wrong_result) as null: a measurement, shown as
+    failed with the reason its trial kept, not as a config left unmeasured."""
+    first, second = canonical_key(CONFIGS[0]), canonical_key(CONFIGS[1])
+    store.upsert_best(trusted(und_record(SHORT, 1024, 10.0, n_failed=1,
+                                         config_timings={first: None, second: 10.0})))
+    store.add_trial_summary("ks/study", SHORT, DEVICE, axes(1024), 0, "FAIL", dict(CONFIGS[0]),
+                            None, "wrong_result", "argument 1: relative error 0.9 > 0.0001\nmore")
+    html = user_client.get(f"/kernels/{quote(SHORT, safe='')}").text
+    assert "failed: wrong_result: argument 1: relative error 0.9 &gt; 0.0001" in html
+    assert html.count('class="config-failed"') == 1 and "10 µs ★" in html
+
+
 def test_jobs_of_an_undeclared_kernel_are_4xx_when_they_cannot_be_served(user_client: TestClient,
                                                                         store: Store) -> None:
     """A job tunes one key on a call stored for it: "all", a key with no stored call, several

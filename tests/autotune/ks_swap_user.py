@@ -1,0 +1,34 @@
+"""A user's program that changes no library code: `triton.autotune = kernelsearch.autotune`
+before importing the library (`ks_plain_lib`), then calls one of its kernels.
+
+    ks_swap_user.py triple|plus_one N"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+import triton
+
+import kernelsearch
+
+triton.autotune = kernelsearch.autotune
+
+import ks_plain_lib  # noqa: E402  (after the swap: its kernels are kernelsearch's)
+
+from at_env import BENCHED  # noqa: E402
+from kernelsearch.backends import BACKENDS  # noqa: E402
+
+if __name__ == "__main__":
+    op, n = sys.argv[1], int(sys.argv[2])
+    x = torch.randn(n)
+    want = 3 * x if op == "triple" else x + 1
+    torch.testing.assert_close(getattr(ks_plain_lib, op)(x), want)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not BACKENDS.idle():
+        time.sleep(0.05)
+    tuner = ks_plain_lib.triple_kernel if op == "triple" else ks_plain_lib.one_block_kernel
+    print(json.dumps({"sources": [s.value for s in tuner.sources.values()],
+                      "benched": len(BENCHED), "best": tuner.best_config.kwargs["BLOCK"],
+                      "reached_by": tuner.undeclared.definition.reached_by.value}))

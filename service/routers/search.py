@@ -11,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelsearch.db import errors as dberr
 
 from ..deps import SettingsDep, StoreDep, require_writer
-from ..job_acceptance import JobRefused, accept_capture
-from ..search_jobs import queue_searches
+from ..job_acceptance import JobRefused, accept_capture, accept_searches
 from ..views import job_json
 from .common import WRITE_ERRORS, kernel_or_404
 
@@ -29,17 +28,24 @@ class SearchCreate(BaseModel):
 @router.post("/v1/search", status_code=202, responses=WRITE_ERRORS,
              dependencies=[Depends(require_writer)])
 def queue_search(body: SearchCreate, settings: SettingsDep, store: StoreDep) -> Any:
-    """Queue a search job per captured key (budget KS_SEARCH_TRIALS, KS_SEARCH_SECONDS); 202
-    with the jobs, each `"existing": true` where an identical one was queued or running."""
+    """Queue a search job per captured key (budget KS_SEARCH_TRIALS, KS_SEARCH_SECONDS) of the
+    kernels whose module the workers trust, at most KS_SEARCH_QUEUE_SHARE of the queue's room;
+    202 with the jobs, each `"existing": true` where an identical one was queued or running,
+    `left_out` (keys not queued this time: ask again once the queue has room) and `refused`
+    (kernel: why its module is not imported). 422 for a kernel whose module is not trusted;
+    429 when the queue is full."""
     if body.kernel is not None:
         kernel_or_404(body.kernel, store)
     try:
-        queued = queue_searches(store, settings, body.kernel)
+        got = accept_searches(store, settings, body.kernel)
+    except JobRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from None
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
     except dberr.Conflict as exc:
         raise HTTPException(429, str(exc)) from None
-    return {"jobs": [{**job_json(j), "existing": not new} for j, new in queued]}
+    return {"jobs": [{**job_json(j), "existing": not new} for j, new in got.jobs],
+            "left_out": got.left_out, "refused": got.refused}
 
 
 class CaptureCreate(BaseModel):

@@ -1,6 +1,6 @@
-"""POST /v1/search takes a bounded share of the queue (KS_SEARCH_QUEUE_SHARE of its room) and
-queues nothing for a module the workers do not import (KS_JOB_MODULES): one request once
-filled the whole queue, and queued jobs no worker could run."""
+"""What one request may queue or replace: POST /v1/search takes a bounded share of the queue
+(KS_SEARCH_QUEUE_SHARE of its room) and queues nothing for a module the workers do not import
+(KS_JOB_MODULES); POST /v1/kernels never replaces the module of a kernel with stored calls."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -68,3 +68,15 @@ def test_a_search_for_a_module_no_worker_imports_is_refused_naming_it(
         got = c.post("/v1/search", json={})
         assert got.status_code == 422 and "KS_JOB_MODULES" in got.text
     assert sqlite_store.count_jobs(status="queued") == 0
+
+
+def test_a_captured_kernels_module_is_never_replaced_by_another_definition(
+        sqlite_store: Store, client: Any) -> None:
+    """A stored call makes workers import the definition's module: POST /v1/kernels naming
+    another module for the kernel is refused (it once replaced it, records or not)."""
+    other = {**_definition(), "module": "attacker.kernels"}
+    with client(job_modules=["ks_undeclared_user", "attacker"]) as c:
+        got = c.post("/v1/kernels", json=other)
+        assert got.status_code == 409 and "captured calls" in got.text, got.text
+        assert c.post("/v1/kernels", json=_definition()).status_code == 201
+    assert sqlite_store.kernel_definitions()[NAME]["module"] == "ks_undeclared_user"

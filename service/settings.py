@@ -178,7 +178,7 @@ class Settings(ClientSettings):
         "remaining room (KS_MAX_QUEUED_JOBS less the queued jobs), at least one job; the answer "
         "says how many keys were left out")
     trial_max_memory_bytes: int | None = Field(
-        None, gt=0, description="a trial child's (and a job child's) data segment may grow to "
+        None, gt=0, description="a trial child's data segment may grow to "
         "this many bytes (RLIMIT_DATA), past which its allocation fails and so does its trial; "
         "unset: 3/4 of the host's physical memory")
 

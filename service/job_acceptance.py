@@ -5,7 +5,6 @@ sampler, the cases and a capture's checks hold whoever queues. A refusal is `Job
 message names the field or the setting (the routes answer it with its HTTP status)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from kernelsearch.db import errors as dberr
@@ -107,49 +106,24 @@ def accept_helion_job(store: ServiceStore, settings: Settings, key: str,
         raise JobRefused(f"capture: {exc}") from None
 
 
-@dataclass
-class SearchesQueued:
-    """What one POST /v1/search queued: its jobs (job, new), how many keys it left out (the
-    request's share of the queue was spent) and the kernels refused for their module."""
-
-    jobs: list[tuple[JobView, bool]]
-    left_out: int
-    refused: dict[str, str]
-
-
-def accept_searches(store: ServiceStore, settings: Settings,
-                    kernel: str | None = None) -> SearchesQueued:
-    """Queue search jobs (`search_jobs.queue_searches`) as a request may: only for kernels whose
-    module the workers trust (`kernel`'s untrusted: 422 naming the module; among every kernel's,
-    the untrusted are refused and listed), and at most KS_SEARCH_QUEUE_SHARE of the queue's room
-    in new jobs (at least one; a full queue: 429), so one request never fills the queue that
-    every user's jobs wait in."""
-    from .search_jobs import queue_searches
-
-    defs = store.kernel_definitions()
-    names = [kernel] if kernel else sorted(defs)
-    refused = {n: why for n in names if n in defs
-               and (why := module_refusal(str(defs[n].get("module", "")), settings)) is not None}
-    if kernel and kernel in refused:
-        raise JobRefused(f"kernel: {refused[kernel]}")
+def search_share(store: ServiceStore, settings: Settings) -> int:
+    """How many new jobs one search request may queue: KS_SEARCH_QUEUE_SHARE of the queue's
+    remaining room, at least one, so that one request never fills the queue every user's jobs
+    wait in. JobRefused (429) when the queue is full."""
     room = settings.max_queued_jobs - store.count_jobs(status="queued")
     if room <= 0:
         raise JobRefused(f"the queue is full ({settings.max_queued_jobs} queued jobs, "
                          f"KS_MAX_QUEUED_JOBS)", status=429)
-    share = max(1, int(room * settings.search_queue_share))
-    jobs: list[tuple[JobView, bool]] = []
-    for name in [n for n in names if n not in refused]:
-        left = share - sum(new for _, new in jobs)
-        try:
-            jobs += queue_searches(store, settings, name, max_new=left)
-        except ValueError:
-            if kernel:
-                raise
-    if refused and not jobs and not kernel:
-        raise JobRefused("kernel: no kernel with a stored call is one the workers trust: "
-                         + "; ".join(refused.values()))
-    keys = sum(len(store.kernel_captures(n)) for n in names if n not in refused)
-    return SearchesQueued(jobs=jobs, left_out=max(0, keys - len(jobs)), refused=refused)
+    return max(1, int(room * settings.search_queue_share))
+
+
+def untrusted_kernels(store: ServiceStore, settings: Settings,
+                      names: Sequence[str]) -> dict[str, str]:
+    """The undeclared kernels among `names` whose module the workers do not import
+    (KS_JOB_MODULES): kernel name -> why, naming the module."""
+    defs = store.kernel_definitions()
+    return {n: why for n in names if n in defs
+            and (why := module_refusal(str(defs[n].get("module", "")), settings)) is not None}
 
 
 def _queue(store: ServiceStore, settings: Settings, kernel: str, cases: list[dict[str, Any]],

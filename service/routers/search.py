@@ -3,6 +3,7 @@ calls met (`kernelsearch search --from-captures` over HTTP); /v1/captures: keep 
 program tuned itself, so that search has it."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
@@ -11,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelsearch.db import errors as dberr
 
 from ..deps import SettingsDep, StoreDep, require_writer
-from ..job_acceptance import JobRefused, accept_capture, accept_searches
+from ..job_acceptance import JobRefused, accept_capture, search_share, untrusted_kernels
+from ..search_jobs import queue_searches
 from ..views import job_json
 from .common import WRITE_ERRORS, kernel_or_404
 
@@ -23,6 +25,41 @@ class SearchCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     kernel: str | None = Field(None, min_length=1, max_length=1000)
+
+
+@dataclass
+class SearchesQueued:
+    """What one POST /v1/search queued: its jobs (job, new), how many keys it left out (the
+    request's share of the queue was spent) and the kernels refused for their module."""
+
+    jobs: list[tuple[Any, bool]]
+    left_out: int
+    refused: dict[str, str]
+
+
+def accept_searches(store: Any, settings: Any, kernel: str | None = None) -> SearchesQueued:
+    """Queue search jobs (`search_jobs.queue_searches`) as a request may: only for kernels whose
+    module the workers trust (`kernel`'s untrusted: 422 naming the module; among every kernel's,
+    the untrusted are refused and listed), and at most `search_share` new jobs."""
+    names = [kernel] if kernel else sorted(store.kernel_definitions())
+    refused = untrusted_kernels(store, settings, names)
+    if kernel and kernel in refused:
+        raise JobRefused(f"kernel: {refused[kernel]}")
+    share = search_share(store, settings)
+    trusted = [n for n in names if n not in refused]
+    jobs: list[tuple[Any, bool]] = []
+    for name in trusted:
+        try:
+            jobs += queue_searches(store, settings, name,
+                                   max_new=share - sum(new for _, new in jobs))
+        except ValueError:  # a kernel without a stored call: named, it is the answer
+            if kernel:
+                raise
+    if refused and not jobs and not kernel:
+        raise JobRefused("kernel: no kernel with a stored call is one the workers trust: "
+                         + "; ".join(refused.values()))
+    keys = sum(len(store.kernel_captures(n)) for n in trusted)
+    return SearchesQueued(jobs=jobs, left_out=max(0, keys - len(jobs)), refused=refused)
 
 
 @router.post("/v1/search", status_code=202, responses=WRITE_ERRORS,

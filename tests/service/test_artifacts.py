@@ -682,3 +682,29 @@ def test_a_malformed_set_costs_only_itself_and_no_file_is_replaced(
     get_cache_manager(third).put(b"triton's own cubin", CUBIN_NAME, binary=True)
     assert artifacts.install([wire(group_files(key=third), cache_key=third)]) == 0
     assert Path(get_cache_manager(third).get_file(CUBIN_NAME) or "").read_bytes() == b"triton's own cubin"
+
+
+def test_the_services_prefetch_pages_within_the_budget_oldest_first(store: Store) -> None:
+    """Through the service: each page is asked for within the budget left, and answered within
+    the service's own read bound; the budget is never exceeded and the oldest sets come first."""
+    recs = [store.upsert_best(trusted(record(KA, {"total_patches": p}, 10.0)))[0]
+            for p in (64, 128, 256, 512)]
+    keys = [hashlib.sha256(f"key {i}".encode()).hexdigest() for i in range(4)]
+    for rec, k in zip(recs, keys):
+        store.put_artifacts(rec.id, cache_key=k, env=ENV, env_fingerprint=FP, group=GROUP,
+                            files=group_files(key=k), origin="worker")
+    one = sum(len(d) for d in FILES.values())
+    asked: list[dict[str, Any]] = []
+    with TestClient(create_app(settings_for(store.url, artifact_read_max_bytes=one + 1),
+                               store=store)) as c:
+        class Service:
+            def device_artifacts(self, device: str, fp: str, kernels: Any, *, after: int,
+                                 max_bytes: int) -> list[dict[str, Any]]:
+                asked.append({"after": after, "max_bytes": max_bytes})
+                return c.get("/v1/artifacts/device", params={
+                    "device": device, "env_fingerprint": fp, "after": after,
+                    "max_bytes": max_bytes}).json()
+
+        got = artifacts._prefetch_pages(Service(), None, H200, FP, None, 3 * one)
+    assert [s["cache_key"] for s in got] == keys[:3]
+    assert [a["max_bytes"] for a in asked] == [3 * one, 2 * one, one]

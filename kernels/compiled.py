@@ -432,6 +432,12 @@ def _put_new(manager: Any, name: str, data: bytes) -> str | None:
         os.link(tmp, final)
     except FileExistsError:
         return None
+    except OSError:  # a file system without hard links: created only where none is
+        try:
+            with open(final, "xb") as f:
+                f.write(data)
+        except FileExistsError:
+            return None
     finally:
         os.unlink(tmp)
     return final

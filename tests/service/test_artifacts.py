@@ -708,3 +708,20 @@ def test_the_services_prefetch_pages_within_the_budget_oldest_first(store: Store
         got = artifacts._prefetch_pages(Service(), None, H200, FP, None, 3 * one)
     assert [s["cache_key"] for s in got] == keys[:3]
     assert [a["max_bytes"] for a in asked] == [3 * one, 2 * one, one]
+
+
+def test_a_cache_on_a_file_system_without_hard_links_still_installs_without_replacing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    def no_links(src: str, dst: str) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert artifacts.install([wire()]) == 1 and local_group() == FILES
+    other = hashlib.sha256(b"other key").hexdigest()
+    from triton.runtime.cache import get_cache_manager
+
+    get_cache_manager(other).put(b"triton's own cubin", CUBIN_NAME, binary=True)
+    assert artifacts.install([wire(group_files(key=other), cache_key=other)]) == 0
+    assert Path(get_cache_manager(other).get_file(CUBIN_NAME) or "").read_bytes() == b"triton's own cubin"

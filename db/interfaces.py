@@ -200,7 +200,8 @@ class Artifacts(Protocol):
     def put_artifacts(self, record_id: int, *, cache_key: str, env: Any, env_fingerprint: str,
                       group: str, files: Any, origin: str, uploaded_by: str | None = None,
                       uploaded_from: str | None = None,
-                      max_bytes: int | None = None) -> ArtifactSetView: ...
+                      max_bytes: int | None = None,
+                      max_uploads: int | None = None) -> ArtifactSetView: ...
 
     def record_owner(self, record_id: int) -> tuple[str, dict[str, Any]] | None: ...
 
@@ -214,7 +215,8 @@ class Artifacts(Protocol):
     def put_helion_artifacts(self, helion_key: str, *, cache_key: str, env: Any,
                              env_fingerprint: str, group: str, files: Any, origin: str,
                              uploaded_by: str | None = None, uploaded_from: str | None = None,
-                             max_bytes: int | None = None) -> ArtifactSetView: ...
+                             max_bytes: int | None = None,
+                      max_uploads: int | None = None) -> ArtifactSetView: ...
 
     def artifacts_of_helion_entry(self, helion_key: str, env_fingerprint: str, *,
                                   max_bytes: int | None = None,

@@ -181,6 +181,9 @@ class Settings(ClientSettings):
         None, gt=0, description="a trial child's data segment may grow to "
         "this many bytes (RLIMIT_DATA), past which its allocation fails and so does its trial; "
         "unset: 3/4 of the host's physical memory")
+    artifact_max_uploads: int = Field(
+        16, gt=0, description="a record (or Helion entry) holds at most this many uploaded "
+        "compiled kernels (each its own Triton cache key); the next upload answers 409")
 
     @field_validator("job_modules", mode="before")
     @classmethod

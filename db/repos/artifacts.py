@@ -22,22 +22,26 @@ class ArtifactRepo(RepoBase):
     def put_artifacts(self, record_id: int, *, cache_key: str, env: Mapping[str, Any],
                       env_fingerprint: str, group: str, files: Mapping[str, bytes], origin: str,
                       uploaded_by: str | None = None, uploaded_from: str | None = None,
-                      max_bytes: int | None = None) -> ArtifactSetView:
+                      max_bytes: int | None = None,
+                      max_uploads: int | None = None) -> ArtifactSetView:
         """Store one compile group for a record, replacing the set under the same (record, cache
         key, fingerprint) when this is a worker's; an upload never replaces a set (the same files
         again answer the stored set). NotFound: no such record; Conflict: a stored set stays, a
-        set without its group's metadata file, or over `max_bytes`. What a file may be is checked by the callers, the route and
-        the worker (`kernels.compiled.refusal`): this layer imports no kernel code."""
+        set without its group's metadata file, over `max_bytes`, or an upload past
+        `max_uploads` uploaded sets of the record. What a file may be is checked by the
+        callers, the route and the worker (`kernels.compiled.refusal`): this layer imports no
+        kernel code."""
         return self._put_set(ArtifactSet.record_id, record_id, cache_key=cache_key, env=env,
                              env_fingerprint=env_fingerprint, group=group, files=files,
                              origin=origin, uploaded_by=uploaded_by, uploaded_from=uploaded_from,
-                             max_bytes=max_bytes)
+                             max_bytes=max_bytes, max_uploads=max_uploads)
 
     def put_helion_artifacts(self, helion_key: str, *, cache_key: str, env: Mapping[str, Any],
                              env_fingerprint: str, group: str, files: Mapping[str, bytes],
                              origin: str, uploaded_by: str | None = None,
                              uploaded_from: str | None = None,
-                             max_bytes: int | None = None) -> ArtifactSetView:
+                             max_bytes: int | None = None,
+                             max_uploads: int | None = None) -> ArtifactSetView:
         """`put_artifacts` for the Helion entry under Helion's cache key `helion_key`: the compile
         group of the Triton kernel Helion generated for the entry's config. NotFound: no entry."""
         def entry_id(s: Session) -> int:
@@ -50,12 +54,13 @@ class ArtifactRepo(RepoBase):
         return self._put_set(ArtifactSet.helion_entry_id, entry_id, cache_key=cache_key, env=env,
                              env_fingerprint=env_fingerprint, group=group, files=files,
                              origin=origin, uploaded_by=uploaded_by, uploaded_from=uploaded_from,
-                             max_bytes=max_bytes)
+                             max_bytes=max_bytes, max_uploads=max_uploads)
 
     def _put_set(self, owner_col: Any, owner: int | Callable[[Session], int], *, cache_key: str,
                  env: Mapping[str, Any], env_fingerprint: str, group: str,
                  files: Mapping[str, bytes], origin: str, uploaded_by: str | None,
-                 uploaded_from: str | None, max_bytes: int | None) -> ArtifactSetView:
+                 uploaded_from: str | None, max_bytes: int | None,
+                 max_uploads: int | None) -> ArtifactSetView:
         if group not in files:
             raise Conflict(f"{group}: the group's metadata file is not among the files")
         if max_bytes is not None and sum(len(d) for d in files.values()) > max_bytes:
@@ -81,6 +86,13 @@ class ArtifactRepo(RepoBase):
                         return view  # the same upload again: kept as it is
                 raise Conflict(f"{what} {owner_id}: {held} compiled kernel is stored under this "
                                "cache key and fingerprint; an upload never replaces it")
+            if stored is None and origin == RecordOrigin.UPLOAD and max_uploads is not None:
+                uploads = int(s.execute(select(func.count()).select_from(ArtifactSet).where(
+                    owner_col == owner_id, ArtifactSet.origin == RecordOrigin.UPLOAD.value)
+                ).scalar_one())
+                if uploads >= max_uploads:
+                    raise Conflict(f"{what} {owner_id}: it holds {uploads} uploaded compiled kernels "
+                                   f"already, the most it may (KS_ARTIFACT_MAX_UPLOADS)")
             s.execute(delete(ArtifactSet).where(*same))
             row = ArtifactSet(**{owner_col.key: owner_id}, cache_key=cache_key, env=dict(env),
                               env_fingerprint=env_fingerprint, group=group, origin=origin,

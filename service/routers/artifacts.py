@@ -160,7 +160,8 @@ def _stored(put: Any, owner: int | str, body: GroupIn, request: Request,
         got = put(owner, cache_key=body.cache_key, env=body.env,
                   env_fingerprint=env_fingerprint(body.env), group=body.group, files=files,
                   origin=RecordOrigin.UPLOAD.value, uploaded_by=TOKEN_UPLOADER if token else ANONYMOUS,
-                  uploaded_from=request.client.host if request.client else None)
+                  uploaded_from=request.client.host if request.client else None,
+                  max_uploads=settings.artifact_max_uploads)
     except dberr.Conflict as e:  # a stored set under the same key and fingerprint stays
         raise HTTPException(409, str(e)) from None
     return set_json(got)

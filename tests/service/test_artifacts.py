@@ -725,3 +725,17 @@ def test_a_cache_on_a_file_system_without_hard_links_still_installs_without_repl
     get_cache_manager(other).put(b"triton's own cubin", CUBIN_NAME, binary=True)
     assert artifacts.install([wire(group_files(key=other), cache_key=other)]) == 0
     assert Path(get_cache_manager(other).get_file(CUBIN_NAME) or "").read_bytes() == b"triton's own cubin"
+
+
+def test_a_record_holds_a_bounded_number_of_uploaded_sets(store: Store) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    keys = [hashlib.sha256(f"key {i}".encode()).hexdigest() for i in range(3)]
+    with TestClient(create_app(settings_for(store.url, artifact_max_uploads=2), store=store)) as c:
+        for k in keys[:2]:
+            r = c.post("/v1/artifacts", json=body(rec.id, group_files(key=k), cache_key=k))
+            assert r.status_code == 201, r.text
+        r = c.post("/v1/artifacts", json=body(rec.id, group_files(key=keys[2]), cache_key=keys[2]))
+        assert r.status_code == 409 and "KS_ARTIFACT_MAX_UPLOADS" in r.text
+    store.put_artifacts(rec.id, cache_key=keys[2], env=ENV, env_fingerprint=FP, group=GROUP,
+                        files=group_files(key=keys[2]), origin="worker")  # a worker's: not bounded
+    assert len(store.artifacts_of_record(rec.id, FP)) == 3

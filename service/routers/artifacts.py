@@ -120,7 +120,7 @@ async def require_reader(request: Request,
     """Artifact reads need KS_READ_TOKEN or the writer token when KS_READ_TOKEN is set: each
     answer is megabytes of the store's, which an anonymous client may not ask for at will."""
     read = request.app.state.settings.read_token
-    if read is None:
+    if read is None or not read.get_secret_value():  # KS_READ_TOKEN= (empty): not set
         return
     given = creds.credentials.encode() if creds is not None else b""
     allowed = [read.get_secret_value().encode(), request.app.state.writer_token]

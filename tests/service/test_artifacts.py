@@ -641,6 +641,9 @@ def test_reads_need_the_read_token_and_answer_a_bounded_page(store: Store) -> No
         assert got == keys  # oldest first, every set once
         assert len(c.get("/v1/artifacts", params={"record_id": rec.id, "env_fingerprint": FP},
                          headers=AUTH).json()) == 2
+    with TestClient(create_app(settings_for(store.url, read_token=SecretStr("")), store=store)) as c:
+        params = {"record_id": rec.id, "env_fingerprint": FP}
+        assert c.get("/v1/artifacts", params=params).status_code == 200  # empty: not set
 
 
 def test_prefetch_is_bounded_before_loading_and_keeps_the_oldest(

@@ -6,12 +6,14 @@ module installs it into the local Triton cache before the key's first launch, so
 `triton.compiler.compile` finds it under its own cache key and compiles nothing (the launcher
 `.so` is built here, as always). A group is loaded only under this host's compile fingerprint
 (`kernels.compiled.environment`: target, driver, ptxas, Triton build, which Triton's key leaves
-out in part), after each file's sha256 is checked; anything else (no set, another
-fingerprint, a failed hash, an unreachable service) is a compile as before, never an error.
+out in part), after each file's sha256 is checked, and only where it is bound to what it
+claims (the cache key asked for; its record's kernel functions and config); anything else (no
+set, another fingerprint, a failed hash, a set of another kernel or key, an unreachable
+service) is a compile as before, never an error.
 
 A process that tuned and shared a key uploads the group it compiled for the winner, tied to
 the record the store answered. `prefetch()` (or `KS_PREFETCH=1` at the first lookup) fetches
-every group of the device's current records in one request.
+the groups of the device's current records, oldest first, page by page within its budget.
 """
 from __future__ import annotations
 

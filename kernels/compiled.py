@@ -14,10 +14,10 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 # Triton 3.6's CUDA group: <name>.json (metadata), .cubin, .ptx, .ttir, .ttgir, .llir, .source;
 # and <name>.launcher: the kernel's argument types as JSON (data, not code), from which a host
@@ -34,6 +34,8 @@ MAX_NAME_CHARS = 200
 GROUP_PREFIX = "__grp__"
 _ELF = b"\x7fELF"
 _EM_CUDA = 190  # e_machine of a CUDA cubin
+_ET_DYN = 3  # e_type of a shared object
+_PT_DYNAMIC, _PT_INTERP = 2, 3  # program headers of a dynamically linked ELF
 
 
 def sha256_hex(data: bytes) -> str:
@@ -54,12 +56,115 @@ def refusal(name: str, data: bytes) -> str | None:
         return f"{name}: not a Triton compile file ({', '.join(SUFFIXES)})"
     if low.endswith(LAUNCHER_SUFFIX) and launcher_signature(data) is None:
         return f"{name}: a launcher spec is a JSON list of Triton argument types"
-    if data[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"):
+    if data[:2] == b"PK":
+        return f"{name}: a zip archive is never stored"
+    if data[:1] == b"\x80" or _is_pickle(data):
         return f"{name}: a pickle stream is never stored"
+    if low.endswith(".cubin"):
+        return _cubin_refusal(name, data)
     if data[:4] == _ELF:
-        machine = int.from_bytes(data[18:20], "big" if data[5:6] == b"\x02" else "little")
-        if not low.endswith(".cubin") or machine != _EM_CUDA:
-            return f"{name}: an ELF file that is not a CUDA cubin (a shared library?)"
+        return f"{name}: an ELF file that is not a CUDA cubin (a shared library?)"
+    if b"\0" in data:
+        return f"{name}: binary data where Triton writes text (only a .cubin is binary)"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{name}: not UTF-8 text (only a .cubin is binary)"
+    if low.endswith(".json"):
+        try:
+            json.loads(text)
+        except ValueError:
+            return f"{name}: not JSON"
+    return None
+
+
+def _is_pickle(data: bytes) -> bool:
+    """Whether `data` is a whole pickle stream of any protocol (0 and 1 are printable text, so
+    no magic number tells them): its opcodes parse to the final STOP."""
+    import pickletools
+
+    if not data or data.rstrip()[-1:] != b".":
+        return False
+    try:
+        for op, _arg, pos in pickletools.genops(data):
+            if op.name == "STOP":
+                return pos is not None and not data[pos + 1:].strip()
+    except Exception:  # noqa: BLE001 - not a pickle: genops fails on the first foreign byte
+        return False
+    return False
+
+
+def _cubin_refusal(name: str, data: bytes) -> str | None:
+    """Why `data` is no CUDA cubin: an ELF for EM_CUDA that is not a shared object and has no
+    dynamic linking (no PT_DYNAMIC, PT_INTERP), so a shared library whose header was patched
+    to say CUDA is still refused."""
+    if data[:4] != _ELF or len(data) < 52:
+        return f"{name}: a .cubin is a CUDA ELF file"
+    is64 = data[4:5] == b"\x02"
+    order: Literal["big", "little"] = "big" if data[5:6] == b"\x02" else "little"
+
+    def num(at: int, size: int) -> int:
+        return int.from_bytes(data[at:at + size], order)
+
+    if num(18, 2) != _EM_CUDA:
+        return f"{name}: an ELF file that is not a CUDA cubin (a shared library?)"
+    if num(16, 2) == _ET_DYN:
+        return f"{name}: a shared object, not a CUDA cubin"
+    phoff, phentsize, phnum = (num(32, 8), num(54, 2), num(56, 2)) if is64 else \
+        (num(28, 4), num(42, 2), num(44, 2))
+    for i in range(min(phnum, 256)):
+        at = phoff + i * phentsize
+        if at + 4 > len(data):
+            return f"{name}: an ELF whose program headers lie outside it"
+        if num(at, 4) in (_PT_DYNAMIC, _PT_INTERP):
+            return f"{name}: an ELF linked dynamically (a shared library), not a CUDA cubin"
+    return None
+
+
+def function_names(kdef: Any) -> frozenset[str]:
+    """The names Triton gives the compiled kernels of `kdef` (each launched `@triton.jit`
+    function's name: the metadata's `name`, the group's `<name>.json`): its declared
+    `triton_kernels`, or an undeclared kernel's own function."""
+    names = {getattr(getattr(k, "fn", k), "__name__", None) for k in getattr(kdef, "triton_kernels", ())}
+    defn = getattr(kdef, "definition", None)
+    if defn is not None:
+        names.add(str(defn.qualname).rsplit(".", 1)[-1])
+    return frozenset(n for n in names if isinstance(n, str) and n)
+
+
+def binding_refusal(cache_key: str, group: str, files: Mapping[str, bytes], *,
+                    functions: Collection[str] | None,
+                    config: Mapping[str, Any] | None) -> str | None:
+    """Why a compile group is not what it claims (None: it is): its metadata's `hash` is its
+    cache key, its `name` one of the record's kernel's functions (`functions`; None: not
+    checked) and the group file `<name>.json` (the file Triton looks for when it compiles that
+    function, never another's), every file of the group named `<name>.<suffix>`, and its launch
+    options and constants those of the record's `config` where the metadata has them."""
+    try:
+        meta = json.loads(files[group])
+    except (KeyError, ValueError):
+        return f"{group}: the group's metadata file is not JSON"
+    if not isinstance(meta, dict):
+        return f"{group}: the group's metadata is not a JSON object"
+    name = meta.get("name")
+    if not isinstance(name, str) or group != f"{name}.json":
+        return f"{group}: the group file must be the metadata's kernel name ({name!r}) + .json"
+    if meta.get("hash", cache_key) != cache_key:
+        return f"{group}: the metadata's hash is not the set's cache_key"
+    if functions is not None and name not in functions:
+        return (f"{group}: compiles {name!r}, which is not a Triton function of the record's "
+                f"kernel ({', '.join(sorted(functions)) or 'none declared'})")
+    for fname in files:
+        if fname.rsplit(".", 1)[0] != name:
+            return f"{fname}: every file of the group is named {name}.<suffix>"
+    if config is not None:
+        consts: dict[str, Any] = meta["constants"] if isinstance(meta.get("constants"), dict) else {}
+        for opt in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+            if meta.get(opt) is not None and opt in config and meta[opt] != config[opt]:
+                return f"{group}: {opt} is {meta[opt]!r}, the record's config has {config[opt]!r}"
+        for k, v in consts.items():
+            if k in config and v != config[k]:
+                return f"{group}: constant {k} is {v!r}, the record's config has {config[k]!r}"
     return None
 
 
@@ -282,7 +387,10 @@ def install_group(cache_key: str, group: str, files: Mapping[str, bytes],
     """Write a group into the local Triton cache, where `triton.compiler.compile` finds it under
     its own cache key and compiles nothing; the group file (absolute paths) is written here.
     False, writing nothing, unless every file's sha256 is the one given, every file may be held
-    (`refusal`) and the metadata file is among them. A group already there is kept."""
+    (`refusal`), the metadata file is among them and the group is bound to its key
+    (`binding_refusal`). A group already there is kept; a set naming a file that is there
+    already (another group's cubin) is refused, never written over it: each file is linked into
+    place only where none is (`_put_new`)."""
     from triton.runtime.cache import get_cache_manager
 
     if group not in files or set(files) != set(hashes) or not re.fullmatch(r"[0-9a-f]{64}", cache_key):
@@ -290,9 +398,46 @@ def install_group(cache_key: str, group: str, files: Mapping[str, bytes],
     for name, data in files.items():
         if sha256_hex(data) != hashes[name] or refusal(name, data):
             return False
+    if binding_refusal(cache_key, group, files, functions=None, config=None):
+        return False
     manager = get_cache_manager(cache_key)
     if manager.get_group(group):
         return True
-    paths = {name: manager.put(data, name, binary=True) for name, data in files.items()}
+    if any(manager.get_file(name) is not None for name in files):
+        return False
+    paths = {}
+    for name, data in files.items():
+        path = _put_new(manager, name, data)
+        if path is None:
+            return False
+        paths[name] = path
     manager.put_group(group, paths)
     return True
+
+
+def _put_new(manager: Any, name: str, data: bytes) -> str | None:
+    """Write one file of a new group: in a file cache, into a temporary file linked to its name
+    (the link fails where a file is there, so nothing is replaced, and a reader sees the whole
+    file or none); through another cache manager, its own `put` after the caller's check."""
+    import tempfile
+
+    cache_dir = getattr(manager, "cache_dir", None)
+    if not isinstance(cache_dir, str) or not os.path.isdir(cache_dir):
+        return str(manager.put(data, name, binary=True))
+    final = os.path.join(cache_dir, name)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.link(tmp, final)
+    except FileExistsError:
+        return None
+    except OSError:  # a file system without hard links: created only where none is
+        try:
+            with open(final, "xb") as f:
+                f.write(data)
+        except FileExistsError:
+            return None
+    finally:
+        os.unlink(tmp)
+    return final

@@ -97,6 +97,9 @@ def _run_trial(req: Mapping[str, Any], cache: Any) -> dict[str, Any]:
         typed = classify(exc)
         out.failure_kind = typed.kind.value
         out.message = f"{phase}: {typed}"
+        if _out_of_memory(exc):
+            out.message = (f"{phase}: out of host memory: a trial child may hold "
+                           f"{memory_bound()} bytes of data ({MEMORY_ENV}): {typed}")
         log.debug("trial failed in %s: %s", phase, traceback.format_exc())
     if out.failure_kind != FailureKind.CRASH.value:
         # The next trial reuses these inputs only if this one left them as they were drawn.
@@ -158,13 +161,66 @@ def _warm_child() -> None:
         log.warning("trial runner warm-up failed: %s", exc)
 
 
+# The trial child's data bound in bytes (a field of the server's Settings; read from the
+# environment here, which the child inherits from its worker: search_space imports no service).
+MEMORY_ENV = "KS_TRIAL_MAX_MEMORY_BYTES"
+
+
+def memory_bound() -> int:
+    """KS_TRIAL_MAX_MEMORY_BYTES, else 3/4 of the host's physical memory: a candidate that
+    allocates more fails its trial instead of taking the host's memory from the worker and
+    every other process on it."""
+    text = os.environ.get(MEMORY_ENV, "").strip()
+    if text:
+        try:
+            if int(text) > 0:
+                return int(text)
+        except ValueError:
+            pass
+        log.warning("%s=%r is not a positive integer; using 3/4 of physical memory", MEMORY_ENV, text)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+
+
+def limit_memory(limit: int | None = None) -> int | None:
+    """Bound this process's data with RLIMIT_DATA (`memory_bound()` by default): the limit set,
+    or None where the platform has none.
+
+    RLIMIT_DATA, not RLIMIT_AS: CUDA reserves virtual address space far beyond the host's
+    memory (the unified address range, per device; inaccessible PROT_NONE mappings) and fails
+    to initialise under an address-space bound a few times physical memory, while RLIMIT_DATA
+    (Linux >= 4.7) counts only private writable memory: the heap and anonymous mappings a
+    candidate's host allocations are made of (torch's CPU tensors, numpy, Python objects),
+    never those reservations nor device memory. No cgroup is needed, so it holds for a worker
+    run without privileges in a container. An allocation past it fails (MemoryError, torch's
+    "can't allocate memory"), which fails the trial, not the worker."""
+    import resource
+
+    bound = memory_bound() if limit is None else limit
+    try:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            bound = min(bound, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (bound, hard))
+    except (ValueError, OSError, AttributeError) as exc:
+        log.warning("trial child: memory not bounded: %s", exc)
+        return None
+    return bound
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) \
+        or "Cannot allocate memory" in str(exc)
+
+
 def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None,
                 optional: Sequence[str] = ()) -> None:
     """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU).
     Killed with its parent: a worker killed mid-trial takes its trial (and a hung kernel's
-    process and device memory) with it, instead of leaving it to run with nobody to end it."""
+    process and device memory) with it, instead of leaving it to run with nobody to end it.
+    Its memory is bounded (`limit_memory`) before any kernel module is imported."""
     if parent_pid is not None:
         die_with_parent(signal.SIGKILL, parent_pid)
+    limit_memory()
     _import_modules(modules, optional)
     from kernelsearch.kernels.check import InputCache
     from kernelsearch.kernels.device import device_info, versions

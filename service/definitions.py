@@ -31,16 +31,25 @@ class DefinitionConflict(ValueError):
 
 def _keep_measured(store: Any, defn: Definition) -> None:
     """DefinitionConflict when the store holds `defn.name`'s definition from another module or
-    function and records of it: those records were measured on that code, and every process
-    that imports the kernel by the definition would run another's."""
+    function and records or captured calls of it: those records were measured on that code, a
+    captured call's jobs make a worker import its module, and every process that imports the
+    kernel by the definition would run another's."""
     stored = store.kernel_definitions().get(defn.name)
     if stored is None:
         return
     was = (stored.get("module"), stored.get("qualname"))
-    if was != (defn.module, defn.qualname) and store.has_records(kernel=defn.name):
-        raise DefinitionConflict(f"name: {defn.name!r} is {was[0]}.{was[1]}, which has records; a "
-                                 f"definition of {defn.module}.{defn.qualname} does not replace it "
-                                 f"(withdraw its records first)")
+    if was == (defn.module, defn.qualname):
+        return
+    if store.has_records(kernel=defn.name):
+        held = "records"
+    elif store.kernel_captures(defn.name):
+        held = "captured calls (its search and tuning jobs run them)"
+    else:
+        return
+    tail = " (withdraw its records first)" if held == "records" else ""
+    raise DefinitionConflict(f"name: {defn.name!r} is {was[0]}.{was[1]}, which has {held}; a "
+                             f"definition of {defn.module}.{defn.qualname} does not replace "
+                             f"it{tail}")
 
 
 def register_definition(doc: Mapping[str, Any], store: Any | None = None) -> UndeclaredKernel:

@@ -106,6 +106,26 @@ def accept_helion_job(store: ServiceStore, settings: Settings, key: str,
         raise JobRefused(f"capture: {exc}") from None
 
 
+def search_share(store: ServiceStore, settings: Settings) -> int:
+    """How many new jobs one search request may queue: KS_SEARCH_QUEUE_SHARE of the queue's
+    remaining room, at least one, so that one request never fills the queue every user's jobs
+    wait in. JobRefused (429) when the queue is full."""
+    room = settings.max_queued_jobs - store.count_jobs(status="queued")
+    if room <= 0:
+        raise JobRefused(f"the queue is full ({settings.max_queued_jobs} queued jobs, "
+                         f"KS_MAX_QUEUED_JOBS)", status=429)
+    return max(1, int(room * settings.search_queue_share))
+
+
+def untrusted_kernels(store: ServiceStore, settings: Settings,
+                      names: Sequence[str]) -> dict[str, str]:
+    """The undeclared kernels among `names` whose module the workers do not import
+    (KS_JOB_MODULES): kernel name -> why, naming the module."""
+    defs = store.kernel_definitions()
+    return {n: why for n in names if n in defs
+            and (why := module_refusal(str(defs[n].get("module", "")), settings)) is not None}
+
+
 def _queue(store: ServiceStore, settings: Settings, kernel: str, cases: list[dict[str, Any]],
            n_trials: int, sampler: str, **kw: Any) -> tuple[JobView, bool]:
     try:

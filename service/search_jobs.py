@@ -34,11 +34,12 @@ def study_of(kernel: str, axes: Mapping[str, Any], device: str) -> str:
     return study_name(kernel, axes, device).replace("ks/", "ks-search/", 1)[:STUDY_NAME_CHARS]
 
 
-def queue_searches(store: Any, settings: Settings, kernel: str | None = None) -> list[tuple[JobView, bool]]:
+def queue_searches(store: Any, settings: Settings, kernel: str | None = None, *,
+                   max_new: int | None = None) -> list[tuple[JobView, bool]]:
     """A search job for every key whose call a kernel's jobs stored (every undeclared kernel's,
-    or `kernel`'s): (job, new) each, an identical job already queued or running answered as is.
-    ValueError naming `kernel` when it is no undeclared kernel the store knows, or has no
-    stored call."""
+    or `kernel`'s): (job, new) each, an identical job already queued or running answered as is;
+    none past `max_new` new jobs (the keys after are left out). ValueError naming `kernel` when
+    it is no undeclared kernel the store knows, or has no stored call."""
     known = sorted(store.kernel_definitions())
     if kernel and kernel not in known:
         raise ValueError(f"kernel: {kernel!r} is no undeclared kernel of this store; known: "
@@ -51,6 +52,8 @@ def queue_searches(store: Any, settings: Settings, kernel: str | None = None) ->
             raise ValueError(f"kernel: {name} has no stored call to search from "
                              f"({CALLS_STORED_BY})")
         for axes, capture in calls:
+            if max_new is not None and sum(new for _, new in out) >= max_new:
+                return out
             job, existing = store.queue_job(name, [axes], settings.search_trials, SEARCH,
                                             settings.search_seconds * 2, settings.max_queued_jobs,
                                             capture)

@@ -61,6 +61,14 @@ class ClientSettings(BaseSettings):
         "tune", description="kernelsearch.helion, a key the service has no entry for: Helion tunes "
         "here (tune), or runs its default config at once while a worker tunes the call's capture "
         "(default; needs KS_SERVICE_URL)")
+    read_token: SecretStr | None = Field(
+        None, description="when set on the service, reading compiled kernels (GET /v1/artifacts "
+        "and the other artifact reads) needs 'Authorization: Bearer <token>' with this token or "
+        "KS_API_TOKEN; a program without KS_API_TOKEN sends this one")
+    prefetch_max_bytes: int = Field(
+        256 << 20, gt=0, description="kernelsearch.prefetch() fetches at most this many bytes of "
+        "compiled kernels, sized before any is fetched (oldest sets first); the service's "
+        "GET /v1/artifacts/device answers at most this many in all")
 
 
 def client_settings() -> ClientSettings:
@@ -157,6 +165,25 @@ class Settings(ClientSettings):
     serve_worker: Literal["process", "thread"] = Field(
         "process", description="`kernelsearch serve`'s worker: its own process (lookups never "
         "wait behind tuning), or a thread of the API process")
+    artifact_read_max_bytes: int = Field(
+        32 << 20, gt=0, le=1 << 30, description="one artifact read (GET /v1/artifacts, "
+        "/v1/artifacts/device, a Helion entry's) answers at most this many bytes of files (one "
+        "set at least); the client pages on with ?after=<the last set's id>")
+    artifacts_from_workers_only: bool = Field(
+        False, description="compiled kernels come from this service's workers only: the upload "
+        "routes answer 403 and every read serves workers' sets alone, so a writer token cannot "
+        "make another host run a binary it chose")
+    search_queue_share: float = Field(
+        0.5, gt=0, le=1, description="POST /v1/search queues at most this share of the queue's "
+        "remaining room (KS_MAX_QUEUED_JOBS less the queued jobs), at least one job; the answer "
+        "says how many keys were left out")
+    trial_max_memory_bytes: int | None = Field(
+        None, gt=0, description="a trial child's data segment may grow to "
+        "this many bytes (RLIMIT_DATA), past which its allocation fails and so does its trial; "
+        "unset: 3/4 of the host's physical memory")
+    artifact_max_uploads: int = Field(
+        16, gt=0, description="a record (or Helion entry) holds at most this many uploaded "
+        "compiled kernels (each its own Triton cache key); the next upload answers 409")
 
     @field_validator("job_modules", mode="before")
     @classmethod

@@ -6,12 +6,14 @@ module installs it into the local Triton cache before the key's first launch, so
 `triton.compiler.compile` finds it under its own cache key and compiles nothing (the launcher
 `.so` is built here, as always). A group is loaded only under this host's compile fingerprint
 (`kernels.compiled.environment`: target, driver, ptxas, Triton build, which Triton's key leaves
-out in part), after each file's sha256 is checked; anything else (no set, another
-fingerprint, a failed hash, an unreachable service) is a compile as before, never an error.
+out in part), after each file's sha256 is checked, and only where it is bound to what it
+claims (the cache key asked for; its record's kernel functions and config); anything else (no
+set, another fingerprint, a failed hash, a set of another kernel or key, an unreachable
+service) is a compile as before, never an error.
 
 A process that tuned and shared a key uploads the group it compiled for the winner, tied to
 the record the store answered. `prefetch()` (or `KS_PREFETCH=1` at the first lookup) fetches
-every group of the device's current records in one request.
+the groups of the device's current records, oldest first, page by page within its budget.
 """
 from __future__ import annotations
 
@@ -97,30 +99,67 @@ def _backends(slow: bool = False) -> tuple[Any, Any]:
 
 def _wire(view: Any) -> dict[str, Any]:
     """A store's ArtifactSetView in the route's shape (files base64 with their sha256)."""
-    return {"record_id": view.record_id, "cache_key": view.cache_key, "group": view.group,
-            "env_fingerprint": view.env_fingerprint,
+    return {"id": view.id, "record_id": view.record_id, "cache_key": view.cache_key,
+            "group": view.group, "env_fingerprint": view.env_fingerprint, "kernel": view.kernel,
+            "config": dict(view.config),
             "files": {n: {"sha256": compiled.sha256_hex(d), "data": base64.b64encode(d).decode()}
                       for n, d in view.files.items()}}
 
 
-def install(sets: Sequence[Mapping[str, Any]]) -> int:
-    """Install each set whose fingerprint is this host's and whose files all hash to what the
-    set says, then build their launchers at once (`compiled.build_launchers`: each launch would
-    build its own, one after another); how many sets were installed (a set refused is counted
-    in STATS.rejected)."""
+def _functions(kernel: Any) -> frozenset[str] | None:
+    """The Triton function names of the kernel of that name in this process (None: not known
+    here, so a set's name is bound by its record's config and its own consistency alone)."""
+    from kernelsearch.kernels import registry
+
+    try:
+        return compiled.function_names(registry.get_kernel(str(kernel))) or None
+    except KeyError:
+        return None
+
+
+def _why_not(st: Mapping[str, Any], mine: str, cache_key: str | None,
+             record_id: int | None) -> str | None:
+    """Why a set from an answer is not installed here (None: it is, once its hashes hold): not
+    this fingerprint, not the cache key asked for, not the record asked for, or not a group
+    of its record's kernel and config (`compiled.binding_refusal`)."""
+    if st.get("env_fingerprint") != mine:
+        return "another compile fingerprint"
+    if cache_key is not None and st.get("cache_key") != cache_key:
+        return f"answered for cache key {str(st.get('cache_key'))[:12]}, asked for {cache_key[:12]}"
+    if record_id is not None and st.get("record_id") != record_id:
+        return f"answered for record {st.get('record_id')}, asked for record {record_id}"
+    files = {n: base64.b64decode(f["data"], validate=True) for n, f in st["files"].items()}
+    config = st.get("config")
+    return compiled.binding_refusal(
+        str(st["cache_key"]), str(st["group"]), files,
+        functions=_functions(st["kernel"]) if st.get("kernel") else None,
+        config=config if isinstance(config, Mapping) else None)
+
+
+def install(sets: Sequence[Mapping[str, Any]], *, cache_key: str | None = None,
+            record_id: int | None = None) -> int:
+    """Install each set whose fingerprint is this host's, that is bound to what it claims
+    (`_why_not`: the key or record asked for, its record's kernel and config) and whose files
+    all hash to what the set says, then build their launchers at once
+    (`compiled.build_launchers`: each launch would build its own, one after another); how many
+    sets were installed. A set refused or malformed is logged and counted in STATS.rejected;
+    the others beside it are installed all the same."""
     mine, done = compiled.fingerprint(), []
     for st in sets:
         try:
+            why = _why_not(st, mine, cache_key, record_id)
             files = {n: base64.b64decode(f["data"], validate=True) for n, f in st["files"].items()}
             hashes = {n: str(f["sha256"]) for n, f in st["files"].items()}
-            ok = (st.get("env_fingerprint") == mine
-                  and compiled.install_group(str(st["cache_key"]), str(st["group"]), files, hashes))
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("kernelsearch: a compiled kernel's set is malformed (%s); compiling", exc)
-            ok = False
-        if ok:
+            if why is None and not compiled.install_group(str(st["cache_key"]), str(st["group"]),
+                                                          files, hashes):
+                why = "a hash, a file or a file already in the cache refused it"
+        except Exception as exc:  # noqa: BLE001 - one malformed set costs only itself
+            why = f"malformed ({type(exc).__name__}: {exc})"
+        if why is None:
             done.append(files)
         else:
+            log.warning("kernelsearch: a compiled kernel's set was not installed (%s); compiling",
+                        why)
             STATS.add("rejected")
     STATS.add("installed", len(done))
     STATS.add("launchers", compiled.build_launchers(done))
@@ -183,7 +222,7 @@ def before_first_launch(kernel: str, found: Any) -> None:
             if rid in _asked:
                 return
             _asked.add(rid)
-        install(_fetch(record_id=rid))
+        install(_fetch(record_id=rid), record_id=rid)
 
     guard.guarded(kernel, "installing the served compiled kernel", body, None)
 
@@ -201,7 +240,7 @@ def group_for_cache_key(cache_key: str) -> bool:
             _asked_keys.add(cache_key)
         if asked or _prefetched:  # a prefetch installed every group there is
             return False
-        return install(_fetch(cache_key=cache_key)) > 0
+        return install(_fetch(cache_key=cache_key), cache_key=cache_key) > 0
 
     return guard.guarded(cache_key[:12], "fetching a compile group", body, False)
 
@@ -235,15 +274,20 @@ def _await_prefetch() -> None:
         pass
 
 
-def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) -> int:
-    """Fetch every compile group of this device's current records (optionally of these kernels)
-    in one request and install those of this host's fingerprint into the local Triton cache, so
-    the first calls compile nothing; how many were installed. `device`: the name records are
-    keyed by (default: this process's CUDA device). Never raises: 0 on any failure."""
+def prefetch(kernels: Sequence[str] | None = None, device: str | None = None,
+             max_bytes: int | None = None) -> int:
+    """Fetch the compile groups of this device's current records (optionally of these kernels),
+    oldest first, page by page up to `max_bytes` (default KS_PREFETCH_MAX_BYTES; each page sized
+    by the store before a file is read, so nothing past the budget is ever loaded), and install
+    those of this host's fingerprint into the local Triton cache, so the first calls compile
+    nothing; how many were installed. `device`: the name records are keyed by (default: this
+    process's CUDA device). Never raises: 0 on any failure."""
 
     def body() -> int:
         global _prefetched
         import torch
+
+        from kernelsearch.service.settings import client_settings
 
         t0 = time.perf_counter()
 
@@ -252,17 +296,11 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
         if name is None or not compiled.compiles_here():
             return 0
         fp = compiled.fingerprint()
-        sets: list[dict[str, Any]] = []
-        if store is not None:
-            try:
-                sets = [_wire(v) for v in store.artifacts_for_device(name, fp, kernels)]
-            except Exception as exc:
-                log.debug("local store has no compiled kernels: %s", exc)
-        if not sets and client is not None:
-            sets = _asking_service(lambda: client.device_artifacts(name, fp, kernels))
+        budget = client_settings().prefetch_max_bytes if max_bytes is None else max_bytes
+        sets = _prefetch_pages(client, store, name, fp, kernels, budget)
         STATS.add("fetched_sets", len(sets))
         with _lock:
-            _asked.update(int(s["record_id"]) for s in sets)
+            _asked.update(int(s["record_id"]) for s in sets if isinstance(s.get("record_id"), int))
         done = install(sets)
         with _lock:
             _prefetched = True
@@ -273,6 +311,51 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None) ->
         if _prefetched and kernels is None:
             return 0
     return guard.guarded("kernelsearch", "prefetching compiled kernels", body, 0)
+
+
+def _size(st: Mapping[str, Any]) -> int:
+    """A set's bytes as stored (its files' base64, decoded length, without decoding)."""
+    def one(data: str) -> int:
+        return len(data) * 3 // 4 - data.endswith("=") - data.endswith("==")
+
+    return sum(one(str(f.get("data", ""))) for f in st.get("files", {}).values())
+
+
+def _prefetch_pages(client: Any, store: Any, device: str, fp: str,
+                    kernels: Sequence[str] | None, budget: int) -> list[dict[str, Any]]:
+    """The device's sets, oldest first, page after page (the local store's, else the
+    service's) while `budget` bytes are left: each page asks for at most what is left."""
+    def local(after: int, left: int) -> list[dict[str, Any]]:
+        return [_wire(v) for v in store.artifacts_for_device(device, fp, kernels, left, after=after)]
+
+    def remote(after: int, left: int) -> list[dict[str, Any]]:
+        return _asking_service(lambda: client.device_artifacts(device, fp, kernels, after=after,
+                                                               max_bytes=left))
+
+    for page in ([local] if store is not None else []) + ([remote] if client is not None else []):
+        sets: list[dict[str, Any]] = []
+        after, left = 0, budget
+        try:
+            while left > 0:
+                got = [st for st in page(after, left) if int(st["id"]) > after]
+                fitting = []
+                for st in got:
+                    if _size(st) > left:
+                        left = 0
+                        break
+                    left -= _size(st)
+                    fitting.append(st)
+                sets += fitting
+                if not got or len(fitting) < len(got):
+                    break
+                after = int(got[-1]["id"])
+        except Exception as exc:  # noqa: BLE001 - a store without the table: the service
+            if page is remote:
+                raise
+            log.debug("local store has no compiled kernels: %s", exc)
+        if sets:
+            return sets
+    return []
 
 
 def _helion_sets(key: str) -> list[dict[str, Any]]:

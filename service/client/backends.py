@@ -62,7 +62,8 @@ class Backends:
         from .sources import ServiceSource, local_store, service_client
 
         st = settings if settings is not None else client_settings()
-        token = st.api_token.get_secret_value() if st.api_token else None
+        secret = st.api_token or st.read_token
+        token = secret.get_secret_value() if secret else None
         sig = (st.database_url, st.service_url, token, st.provider_timeout_s,
                st.autotune_timeout_s, st.helion_timeout_s, st.autotune_retry_s)
         with self._lock:

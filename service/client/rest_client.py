@@ -165,9 +165,14 @@ class Client:
             "cache_key": cache_key, "env_fingerprint": env_fingerprint})
 
     def device_artifacts(self, device: str, env_fingerprint: str,
-                         kernels: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Every compile group of the current records on this device (a prefetch)."""
-        params: dict[str, Any] = {"device": device, "env_fingerprint": env_fingerprint}
+                         kernels: Sequence[str] | None = None, *, after: int = 0,
+                         max_bytes: int | None = None) -> list[dict[str, Any]]:
+        """A page of the compile groups of the current records on this device, oldest first
+        past set id `after`, within `max_bytes` and the service's bound (a prefetch pages on)."""
+        params: dict[str, Any] = {"device": device, "env_fingerprint": env_fingerprint,
+                                  "after": after}
+        if max_bytes is not None:
+            params["max_bytes"] = max_bytes
         if kernels:
             params["kernel"] = list(kernels)
         return self._request("GET", "/v1/artifacts/device", params=params)

@@ -124,6 +124,7 @@ def service_client(settings: ClientSettings, timeout: float | None = None) -> Cl
     """The service's client with the writer token, when KS_SERVICE_URL is set."""
     if not settings.service_url:
         return None
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    secret = settings.api_token or settings.read_token  # the reader's token reads compiled kernels
+    token = secret.get_secret_value() if secret else None
     return Client(settings.service_url, token=token,
                   timeout=settings.provider_timeout_s if timeout is None else timeout)

@@ -18,7 +18,8 @@ router = APIRouter(tags=["kernels"])
              responses=WRITE_ERRORS, dependencies=[Depends(require_writer)])
 def register_kernel(body: schemas.DefinitionIn, store: StoreDep) -> Any:
     """Register (or update) an undeclared kernel: its identity, key and configs. 409 for a
-    declared kernel's name, or for another module's kernel of that name which has records."""
+    declared kernel's name, or for another module's kernel of that name which has records or
+    captured calls."""
     try:
         kdef = define(store, body.model_dump())
     except DefinitionConflict as exc:

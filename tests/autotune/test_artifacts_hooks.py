@@ -4,6 +4,7 @@ group beside the record the store made of it, and a fresh host served that recor
 group into its own Triton cache before the first launch."""
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -22,9 +23,20 @@ from kernelsearch.backends import BACKENDS
 from kernelsearch.options import Source
 
 ENV = {"driver": "d", "ptxas": "p", "target": "cuda:90:32", "triton": "t"}
-KEY = hashlib.sha256(b"a compile").hexdigest()
-CUBIN = b"\x7fELF\x02\x01" + b"\0" * 12 + (190).to_bytes(2, "little") + b"body"
-FILES = {"k.json": json.dumps({"name": "k"}).encode(), "k.cubin": CUBIN}
+CUBIN = b"\x7fELF\x02\x01" + b"\0" * 10 + (2).to_bytes(2, "little") + (190).to_bytes(2, "little") \
+    + b"\0" * 44 + b"body"
+
+
+def stand_in(fn: str, **meta: Any) -> tuple[str, str, dict[str, bytes]]:
+    """The compile group Triton would write for @triton.jit function `fn` (the interpreter
+    compiles none): its own cache key, `<fn>.json` metadata naming it, its cubin."""
+    key = hashlib.sha256(f"a compile of {fn}".encode()).hexdigest()
+    cubin = CUBIN + fn.encode()
+    return key, f"{fn}.json", {f"{fn}.json": json.dumps({"name": fn, "hash": key, **meta}).encode(),
+                               f"{fn}.cubin": cubin}
+
+
+
 
 
 @kernelsearch.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=4),
@@ -46,8 +58,6 @@ def scale3(x: torch.Tensor) -> torch.Tensor:
 @pytest.fixture
 def host(at_store: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     monkeypatch.setattr(compiled, "_host_environment", lambda: tuple(sorted(ENV.items())))
-    # Triton's compiled kernel as the interpreter cannot make it: the synthetic group.
-    monkeypatch.setattr(compiled, "group_of", lambda handle: (KEY, "k.json", dict(FILES)))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "first-host"))
     monkeypatch.setenv("KS_DATABASE_URL", at_store.url)
     monkeypatch.delenv("KS_SERVICE_URL", raising=False)
@@ -62,6 +72,9 @@ def host(at_store: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
 def test_tuned_here_uploads_and_a_fresh_host_installs(host: Any, kernel: Any, call: Any,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
+    # Triton's compiled kernel as the interpreter cannot make it: the stand-in group.
+    key, group, files = stand_in(kernel.fn.__name__, num_warps=2)
+    monkeypatch.setattr(compiled, "group_of", lambda handle: (key, group, dict(files)))
     kernel.forget()
     # Triton's benchmark made to rank the second config first (a correct one; the interpreter's
     # wall-clock timings would pick any).
@@ -73,7 +86,7 @@ def test_tuned_here_uploads_and_a_fresh_host_installs(host: Any, kernel: Any, ca
     BACKENDS.drain(30.0)
     [rec] = host.list_records(kernel._name())
     [got] = host.artifacts_of_record(rec.id, compiled.fingerprint())
-    assert got.files == FILES and got.cache_key == KEY and got.config == rec.config
+    assert got.files == files and got.cache_key == key and got.config == rec.config
     assert artifacts.STATS.uploaded == 1
 
     # A fresh host: its own empty Triton cache, served the record, compiles nothing.
@@ -81,8 +94,56 @@ def test_tuned_here_uploads_and_a_fresh_host_installs(host: Any, kernel: Any, ca
     monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
     artifacts.reset()
     kernel.forget()
-    assert compiled.read_group(KEY, "k.json") is None
+    assert compiled.read_group(key, group) is None
     call(x.clone())
     assert list(kernel.sources.values()) == [Source.STORE]
-    assert compiled.read_group(KEY, "k.json") == FILES
+    assert compiled.read_group(key, group) == files
     assert artifacts.STATS.installed == 1 and artifacts.STATS.uploaded == 0
+
+
+def test_a_set_under_another_kernels_cache_key_is_never_installed(
+        host: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two kernels tuned and shared with their own compile groups; a set stored beside the
+    first's record under the second's cache key (with the second's files, as an older service
+    took from any writer) is not installed by a host served the first, so the second still
+    finds its own group; and an answer for another key than the one asked for is dropped."""
+    groups = {k: stand_in(k.fn.__name__, num_warps=2) for k in (accumulate_kernel, _undeclared_scale)}
+    current: list[Any] = [accumulate_kernel]
+    monkeypatch.setattr(compiled, "group_of", lambda handle: (
+        groups[current[0]][0], groups[current[0]][1], dict(groups[current[0]][2])))
+    x = torch.randn(100)
+    for kernel, call in ((accumulate_kernel, accumulate), (_undeclared_scale, scale3)):
+        current[0] = kernel
+        kernel.forget()
+        monkeypatch.setattr(kernel, "_bench", lambda *a, config, kernel=kernel, **k: [
+            1.0 if config is kernel.configs[1] else 2.0] * 3)
+        call(x.clone())
+        BACKENDS.drain(30.0)
+    [rec_a] = host.list_records(accumulate_kernel._name())
+    key_a, group_a, files_a = groups[accumulate_kernel]
+    key_b, group_b, files_b = groups[_undeclared_scale]
+    evil = {group_b: files_b[group_b], group_b[:-5] + ".cubin": CUBIN + b"evil"}
+    host.put_artifacts(rec_a.id, cache_key=key_b, env=ENV, env_fingerprint=compiled.fingerprint(),
+                       group=group_b, files=evil, origin="upload")
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh-host"))
+    monkeypatch.setenv("KS_AUTOTUNE_FALLBACK", "first")
+    artifacts.reset()
+    accumulate_kernel.forget()
+    accumulate(x.clone())
+    assert compiled.read_group(key_a, group_a) == files_a
+    assert compiled.read_group(key_b, group_b) is None
+    assert artifacts.STATS.installed == 1 and artifacts.STATS.rejected == 1
+
+    # Triton's cache manager asks for the second kernel's key: an answer of another key is
+    # dropped; the second kernel's own set is installed as it is.
+    answer = [{"record_id": rec_a.id, "cache_key": key_a, "group": group_a, "kernel": rec_a.kernel,
+               "env_fingerprint": compiled.fingerprint(),
+               "files": {n: {"sha256": hashlib.sha256(d).hexdigest(),
+                             "data": base64.b64encode(d).decode()} for n, d in files_a.items()}}]
+    with monkeypatch.context() as m:
+        m.setattr(artifacts, "_fetch", lambda **kw: answer)
+        assert artifacts.group_for_cache_key(key_b) is False
+    _undeclared_scale.forget()
+    scale3(x.clone())
+    assert compiled.read_group(key_b, group_b) == files_b

@@ -141,7 +141,7 @@ def test_search_route_queues_a_job_per_captured_key(sqlite_store) -> None:
 
     from kernelsearch.service.api import create_app
 
-    settings = settings_for(sqlite_store.url, search_trials=5)
+    settings = settings_for(sqlite_store.url, search_trials=5, job_modules=["ks_undeclared_user"])
     sqlite_store.save_definition(NAME, _definition())
     register_definition(_definition(), sqlite_store)
     with TestClient(create_app(settings, store=sqlite_store)) as c:

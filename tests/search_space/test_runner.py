@@ -127,3 +127,20 @@ def test_a_registered_module_the_child_cannot_import_costs_only_its_kernels(monk
     with TrialRunner(trial_timeout_s=20.0, kernel_modules=["ks_no_longer_on_the_path"]) as r:
         with pytest.raises(RuntimeError, match="died while starting"):
             r.start()
+
+
+def test_a_child_allocating_past_its_memory_bound_fails_its_trial_not_the_worker(monkeypatch):
+    """KS_TRIAL_MAX_MEMORY_BYTES bounds the trial child's data (RLIMIT_DATA): a candidate that
+    allocates more fails its trial saying so (typed a crash, as any failed allocation is: the
+    child is replaced) and the runner goes on to the next trial. Without
+    the bound, the 8 GiB (never touched) was overcommitted and the trial passed."""
+    import ks_memory_hog
+
+    from kernelsearch.search_space.trial_child import MEMORY_ENV
+
+    monkeypatch.setenv(MEMORY_ENV, str(4 << 30))
+    with TrialRunner(trial_timeout_s=60.0, kernel_modules=["ks_memory_hog"]) as r:
+        r.start()
+        out = r.run(ks_memory_hog.NAME, {"n": 8}, {"MODE": "ok", "BLOCK": 16}, measure_n=2)
+        assert not out.ok and "out of host memory" in out.message and MEMORY_ENV in out.message, out
+        assert r.run(FAKE, {"n": 8}, {"MODE": "ok", "BLOCK": 16}, measure_n=2).ok

@@ -33,9 +33,36 @@ ENV = {"driver": "570.1 cuda12080", "ptxas": "12.8 V12.8.93", "target": "cuda:90
        "triton": "3.6.0+abc"}
 FP = compiled.env_fingerprint(ENV)
 KEY = hashlib.sha256(b"triton cache key").hexdigest()
-CUBIN = b"\x7fELF\x02\x01" + b"\0" * 12 + (190).to_bytes(2, "little") + b"cubin-body" * 10
-FILES = {"k.json": json.dumps({"name": "k", "hash": KEY}).encode(), "k.cubin": CUBIN,
-         "k.ptx": b"// ptx", "k.ttgir": b"#ttg"}
+
+
+def elf(machine: int = 190, e_type: int = 2, segments: tuple[int, ...] = (1,),
+        body: bytes = b"cubin-body" * 10) -> bytes:
+    """An ELF64 file as ptxas writes a cubin (EM_CUDA, an executable, PT_LOAD segments), or
+    another ELF by its machine, type and segments (a shared library: ET_DYN, PT_DYNAMIC)."""
+    head = bytearray(64)
+    head[:7] = b"\x7fELF\x02\x01\x01"
+    head[16:18] = e_type.to_bytes(2, "little")
+    head[18:20] = machine.to_bytes(2, "little")
+    head[32:40] = (64).to_bytes(8, "little")
+    head[54:56] = (56).to_bytes(2, "little")
+    head[56:58] = len(segments).to_bytes(2, "little")
+    phdrs = b"".join(t.to_bytes(4, "little") + b"\0" * 52 for t in segments)
+    return bytes(head) + phdrs + body
+
+
+# The stand-in of a real compile group (the interpreter compiles no cubin): the files Triton
+# 3.6 writes for the @triton.jit function `fn` (KA's is _rope_gen_bwd_kernel), named after it.
+FN_A, FN_B = "_rope_gen_bwd_kernel", "_rope3d_bwd_kernel"
+CUBIN = elf()
+
+
+def group_files(fn: str = FN_A, key: str = KEY, **meta: Any) -> dict[str, bytes]:
+    return {f"{fn}.json": json.dumps({"name": fn, "hash": key, **meta}).encode(),
+            f"{fn}.cubin": CUBIN, f"{fn}.ptx": b"// ptx", f"{fn}.ttgir": b"#ttg"}
+
+
+GROUP, CUBIN_NAME, PTX = f"{FN_A}.json", f"{FN_A}.cubin", f"{FN_A}.ptx"
+FILES = group_files()
 
 
 def b64(d: bytes) -> str:
@@ -43,7 +70,7 @@ def b64(d: bytes) -> str:
 
 
 def body(record_id: int, files: dict[str, bytes] | None = None, **kw: Any) -> dict[str, Any]:
-    return {"record_id": record_id, "cache_key": KEY, "group": "k.json", "env": ENV,
+    return {"record_id": record_id, "cache_key": KEY, "group": GROUP, "env": ENV,
             "files": {n: b64(d) for n, d in (FILES if files is None else files).items()}, **kw}
 
 
@@ -89,18 +116,18 @@ def test_upload_then_served_by_record_and_fingerprint_only(store: Store, writer:
                                                                "env_fingerprint": FP}).json()
     assert [s["record_id"] for s in by_key] == [rec.id]
     # Content-addressed: a second record's identical files add no blob.
-    rec2, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
+    rec2, _ = store.upsert_best(trusted(record(KA, {"total_patches": 128}, 10.0)))
     assert writer.post("/v1/artifacts", json=body(rec2.id), headers=AUTH).status_code == 201
     assert blobs(store) == len(FILES)
 
 
 @pytest.mark.parametrize("files, why", [
     ({**FILES, "launcher.so": b"\x7fELF"}, "shared librar"),
-    ({**FILES, "k.json": b"\x80\x04\x95" + b"x" * 8}, "pickle"),
-    ({**FILES, "k.cubin": CUBIN[:18] + (62).to_bytes(2, "little") + CUBIN[20:]}, "not a CUDA cubin"),
+    ({**FILES, GROUP: b"\x80\x04\x95" + b"x" * 8}, "pickle"),
+    ({**FILES, CUBIN_NAME: CUBIN[:18] + (62).to_bytes(2, "little") + CUBIN[20:]}, "not a CUDA cubin"),
     ({**FILES, "../k.ptx": b"x"}, "plain file name"),
     ({**FILES, "k.exe": b"x"}, "not a Triton compile file"),
-    ({"k.cubin": CUBIN}, "group"),
+    ({CUBIN_NAME: CUBIN}, "group"),
 ])
 def test_refuses_code_and_malformed_sets(store: Store, writer: TestClient,
                                          files: dict[str, bytes], why: str) -> None:
@@ -116,9 +143,9 @@ def test_writes_need_the_token_and_a_record_and_stay_bounded(store: Store, write
     assert writer.post("/v1/artifacts", json=body(rec.id),
                        headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert writer.post("/v1/artifacts", json=body(rec.id + 99), headers=AUTH).status_code == 404
-    store.put_artifacts(rec.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+    store.put_artifacts(rec.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
                         files=FILES, origin="worker")
-    r = writer.post("/v1/artifacts", json=body(rec.id, {**FILES, "k.ptx": b"// other"}), headers=AUTH)
+    r = writer.post("/v1/artifacts", json=body(rec.id, {**FILES, PTX: b"// other"}), headers=AUTH)
     assert r.status_code == 409 and "worker" in r.text
     [kept] = store.artifacts_of_record(rec.id, FP)
     assert kept.origin == "worker" and kept.files == FILES
@@ -131,9 +158,9 @@ def test_writes_need_the_token_and_a_record_and_stay_bounded(store: Store, write
 
 def test_withdrawing_a_record_withdraws_its_artifacts(store: Store, writer: TestClient) -> None:
     rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
-    keep, _ = store.upsert_best(trusted(record(KB, {"seq_len": 16}, 10.0)))
+    keep, _ = store.upsert_best(trusted(record(KA, {"total_patches": 128}, 10.0)))
     writer.post("/v1/artifacts", json=body(rec.id), headers=AUTH)
-    writer.post("/v1/artifacts", json=body(keep.id, {**FILES, "k.ptx": b"// other"}), headers=AUTH)
+    writer.post("/v1/artifacts", json=body(keep.id, {**FILES, PTX: b"// other"}), headers=AUTH)
     assert writer.delete(f"/v1/records/{rec.id}", headers=AUTH).status_code == 200
     assert writer.get("/v1/artifacts", params={"record_id": rec.id, "env_fingerprint": FP}).json() == []
     assert blobs(store) == len(FILES)  # the kept set's four; the withdrawn one's own ptx is gone
@@ -157,29 +184,29 @@ def test_bulk_route_answers_the_devices_current_records(store: Store, writer: Te
 
 # -- the host side -----------------------------------------------------------------------------
 def wire(files: dict[str, bytes] = FILES, **kw: Any) -> dict[str, Any]:
-    return {"record_id": 1, "cache_key": KEY, "group": "k.json", "env_fingerprint": FP,
+    return {"record_id": 1, "cache_key": KEY, "group": GROUP, "env_fingerprint": FP,
             "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "data": b64(d)}
                       for n, d in files.items()}, **kw}
 
 
 def local_group() -> dict[str, bytes] | None:
-    return compiled.read_group(KEY, "k.json")
+    return compiled.read_group(KEY, GROUP)
 
 
 def test_install_lands_where_triton_looks_and_checks_every_hash() -> None:
     from triton.runtime.cache import get_cache_manager
 
     bad = wire()
-    bad["files"]["k.cubin"]["data"] = b64(CUBIN + b"tampered")
+    bad["files"][CUBIN_NAME]["data"] = b64(CUBIN + b"tampered")
     assert artifacts.install([bad]) == 0 and local_group() is None
     assert artifacts.install([wire(env_fingerprint=compiled.env_fingerprint({"other": "1"}))]) == 0
-    assert artifacts.install([wire({"k.cubin": CUBIN})]) == 0  # no metadata file
+    assert artifacts.install([wire({CUBIN_NAME: CUBIN})]) == 0  # no metadata file
     assert artifacts.install([{"cache_key": KEY}]) == 0  # malformed: ignored, never raised
     assert local_group() is None and artifacts.STATS.rejected == 4
     assert artifacts.install([wire()]) == 1
     # What triton.compiler.compile asks its cache manager for before it compiles anything.
-    group = get_cache_manager(KEY).get_group("k.json")
-    assert group is not None and Path(group["k.cubin"]).read_bytes() == CUBIN
+    group = get_cache_manager(KEY).get_group(GROUP)
+    assert group is not None and Path(group[CUBIN_NAME]).read_bytes() == CUBIN
 
 
 def test_another_driver_or_build_is_another_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,7 +272,7 @@ def test_under_the_interpreter_a_served_key_installs_nothing_and_says_nothing(
     monkeypatch.setattr(compiled, "_host_environment", REAL_HOST_ENVIRONMENT)
     assert not compiled.compiles_here()
     view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
-    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
                               files=FILES, origin="worker")
     with caplog.at_level(logging.INFO):
         artifacts.before_first_launch(KA, Found(config=view.config, match=Match.EXACT,
@@ -261,18 +288,18 @@ def test_the_cache_manager_serves_a_missed_compile_group(local_store: Store) -> 
     from triton.runtime.cache import _base32
 
     view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
-    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
                               files=FILES, origin="worker")
     manager = AutotuneCacheManager(_base32(KEY))
-    group = manager.get_group("k.json")
-    assert group is not None and Path(group["k.cubin"]).read_bytes() == CUBIN
+    group = manager.get_group(GROUP)
+    assert group is not None and Path(group[CUBIN_NAME]).read_bytes() == CUBIN
     unknown = AutotuneCacheManager(_base32(hashlib.sha256(b"other").hexdigest()))
-    assert unknown.get_group("k.json") is None
+    assert unknown.get_group(GROUP) is None
 
 
 def test_prefetch_installs_the_devices_groups_in_one_go(local_store: Store) -> None:
     view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
-    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
                               files=FILES, origin="worker")
     assert artifacts.prefetch(device=H200) == 1 and local_group() == FILES
 
@@ -283,7 +310,7 @@ def test_a_worker_stores_the_group_its_trial_compiled(sqlite_store: Store, tmp_p
     view, _ = sqlite_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
     assert artifacts.install([wire()]) == 1  # the trial child's compile, in this host's cache
     ref = compiled.compiled_ref(handle_of(tmp_path, FILES))
-    assert ref == {"cache_key": KEY, "group": "k.json", "env": ENV}
+    assert ref == {"cache_key": KEY, "group": GROUP, "env": ENV}
     assert store_compiled(sqlite_store, view.id, ref)
     [got] = sqlite_store.artifacts_of_record(view.id, FP)
     assert got.origin == "worker" and got.files == FILES
@@ -298,7 +325,7 @@ def test_get_kernels_provider_installs_an_exact_records_group(local_store: Store
     from kernelsearch import kernels
 
     view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
-    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
                               files=FILES, origin="worker")
     install_default_provider()
     try:
@@ -360,7 +387,7 @@ def test_a_launcher_spec_is_argument_types_and_builds_triton_s_own_launcher(
     nv.CudaLauncher(src, meta)  # what Triton's first launch builds
     monkeypatch.setattr(compiled, "_cuda_driver", lambda: nv)
     group = compiled.group_of(handle)
-    assert group is not None and group[2]["k.launcher"] == spec
+    assert group is not None and group[2][f"{FN_A}.launcher"] == spec
     assert compiled.build_launchers([group[2], FILES]) == 1  # the spec-less group: Triton's launch
     assert len(built) == 2 and built[0] == built[1]
     assert artifacts.install([wire(group[2])]) == 1 and artifacts.STATS.launchers == 1
@@ -371,7 +398,7 @@ def test_ks_prefetch_runs_in_the_background_and_a_first_launch_waits_for_it(
     import torch
 
     view, _ = local_store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
-    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+    local_store.put_artifacts(view.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
                               files=FILES, origin="worker")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: H200)
@@ -419,7 +446,7 @@ def test_a_helion_entrys_compiled_kernel_is_stored_served_and_withdrawn_with_it(
     # Not a record's: the record routes never answer it.
     assert writer.get("/v1/artifacts/by-cache-key",
                       params={"cache_key": KEY, "env_fingerprint": FP}).json() == []
-    store.put_helion_artifacts(key, cache_key=KEY, env=ENV, env_fingerprint=FP, group="k.json",
+    store.put_helion_artifacts(key, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
                                files=FILES, origin="worker")
     r = writer.post(route, json=group, headers=AUTH)
     assert r.status_code == 409 and "worker" in r.text
@@ -431,7 +458,7 @@ def test_a_helion_entrys_compiled_kernel_is_stored_served_and_withdrawn_with_it(
     # A real compile group is larger than the API's 64 KiB body bound (GPU call 43 was answered
     # 413): both upload routes take up to KS_ARTIFACT_MAX_BYTES.
     big_key = _helion_entry(store, rows=128)
-    big = {**group, "files": {**group["files"], "k.ptx": b64(b"// ptx " * 20000)}}
+    big = {**group, "files": {**group["files"], PTX: b64(b"// ptx " * 20000)}}
     r = writer.post(f"/v1/helion/entries/{big_key}/artifacts", json=big, headers=AUTH)
     assert r.status_code == 201, r.text
 
@@ -443,7 +470,7 @@ def test_an_artifact_set_has_exactly_one_owner(store: Store) -> None:
 
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(ArtifactSet.__table__.insert().values(
-            cache_key=KEY, env_fingerprint=FP, env=ENV, group="k.json", origin="worker",
+            cache_key=KEY, env_fingerprint=FP, env=ENV, group=GROUP, origin="worker",
             created_at=utcnow()))
 
 
@@ -506,7 +533,7 @@ def test_a_helion_worker_stores_the_compiled_kernel_of_the_config_it_tuned(
             ran.append(args)
 
     refs = _compiled_of(Bound(), {"block_sizes": [8]}, (1, 2))
-    assert ran == [(1, 2)] and refs == [{"cache_key": KEY, "group": "k.json", "env": ENV}]
+    assert ran == [(1, 2)] and refs == [{"cache_key": KEY, "group": GROUP, "env": ENV}]
     assert store_helion_compiled(sqlite_store, key, refs[0])
     [stored] = sqlite_store.artifacts_of_helion_entry(key, FP)
     assert stored.files == FILES and stored.origin == "worker"
@@ -518,3 +545,200 @@ def test_a_helion_worker_stores_the_compiled_kernel_of_the_config_it_tuned(
     assert _compiled_of(Broken(), {"block_sizes": [8]}, (1, 2)) == []
     other = hashlib.sha256(b"no such entry").hexdigest()
     assert not store_helion_compiled(sqlite_store, other, refs[0])  # no entry: nothing stored
+
+
+# -- a set bound to what it claims; uploads and reads bounded ----------------------------------
+@pytest.mark.parametrize("files, group, why", [
+    (group_files(FN_B), f"{FN_B}.json", "not a Triton function of the record's kernel"),
+    (group_files(key=hashlib.sha256(b"another kernel").hexdigest()), GROUP, "hash"),
+    (group_files(num_warps=32), GROUP, "num_warps is 32"),
+    ({**group_files(), "other.cubin": CUBIN}, GROUP, "every file of the group is named"),
+    ({"evil.json": FILES[GROUP], CUBIN_NAME: CUBIN}, "evil.json", "kernel name"),
+])
+def test_a_set_is_stored_only_for_its_records_kernel_and_config(
+        store: Store, writer: TestClient, files: dict[str, bytes], group: str, why: str) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    r = writer.post("/v1/artifacts", json=body(rec.id, files, group=group), headers=AUTH)
+    assert r.status_code == 422 and why in r.text, r.text
+    assert blobs(store) == 0
+    ok = group_files(num_warps=rec.config["num_warps"], num_stages=rec.config["num_stages"])
+    assert writer.post("/v1/artifacts", json=body(rec.id, ok), headers=AUTH).status_code == 201
+
+
+SHARED_LIBRARY = elf(machine=62, e_type=3, segments=(1, 2))
+
+
+@pytest.mark.parametrize("files, why", [
+    ({**FILES, PTX: b"(lp0\nI1\naI2\na."}, "pickle"),  # protocol 0: printable text
+    ({**FILES, PTX: b"]q\x00(K\x01K\x02e."}, "pickle"),  # protocol 1
+    ({**FILES, CUBIN_NAME: elf(e_type=3)}, "shared object"),  # a .so's type, EM_CUDA patched in
+    ({**FILES, CUBIN_NAME: elf(segments=(1, 2))}, "linked dynamically"),
+    ({**FILES, PTX: SHARED_LIBRARY}, "ELF"),
+    ({**FILES, PTX: b"\x7fELG" + SHARED_LIBRARY[4:]}, "binary data"),  # its magic patched
+    ({**FILES, PTX: b"PK\x03\x04" + b"\0" * 26}, "zip"),
+    ({**FILES, GROUP: b"{not json"}, "not JSON"),
+])
+def test_refuses_every_pickle_shared_library_and_zip(store: Store, writer: TestClient,
+                                                     files: dict[str, bytes], why: str) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    r = writer.post("/v1/artifacts", json=body(rec.id, files), headers=AUTH)
+    assert r.status_code == 422 and why in r.text, r.text
+    assert blobs(store) == 0
+
+
+def test_an_upload_never_replaces_another_and_record_id_is_an_integer(
+        store: Store, writer: TestClient) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    assert writer.post("/v1/artifacts", json=body(str(rec.id)), headers=AUTH).status_code == 422
+    assert writer.post("/v1/artifacts", json=body(rec.id), headers=AUTH).status_code == 201
+    assert writer.post("/v1/artifacts", json=body(rec.id), headers=AUTH).status_code == 201  # again
+    r = writer.post("/v1/artifacts", json=body(rec.id, {**FILES, PTX: b"// other"}), headers=AUTH)
+    assert r.status_code == 409 and "another upload" in r.text
+    [kept] = store.artifacts_of_record(rec.id, FP)
+    assert kept.files == FILES
+
+
+def test_workers_only_refuses_uploads_and_serves_workers_sets(store: Store) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    store.put_artifacts(rec.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
+                        files=FILES, origin="upload")
+    with TestClient(create_app(settings_for(store.url, artifacts_from_workers_only=True),
+                               store=store)) as c:
+        r = c.post("/v1/artifacts", json=body(rec.id))
+        assert r.status_code == 403 and "KS_ARTIFACTS_FROM_WORKERS_ONLY" in r.text
+        params = {"record_id": rec.id, "env_fingerprint": FP}
+        assert c.get("/v1/artifacts", params=params).json() == []
+        assert c.get("/v1/artifacts/device", params={"device": H200, "env_fingerprint": FP}).json() == []
+        store.put_artifacts(rec.id, cache_key=KEY, env=ENV, env_fingerprint=FP, group=GROUP,
+                            files=FILES, origin="worker")
+        assert [s["origin"] for s in c.get("/v1/artifacts", params=params).json()] == ["worker"]
+
+
+def test_reads_need_the_read_token_and_answer_a_bounded_page(store: Store) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    keys = [hashlib.sha256(f"key {i}".encode()).hexdigest() for i in range(5)]
+    for k in keys:
+        store.put_artifacts(rec.id, cache_key=k, env=ENV, env_fingerprint=FP, group=GROUP,
+                            files=group_files(key=k), origin="worker")
+    one = sum(len(d) for d in FILES.values())
+    settings = settings_for(store.url, api_token=SecretStr("t"), read_token=SecretStr("r"),
+                            artifact_read_max_bytes=2 * one)
+    with TestClient(create_app(settings, store=store)) as c:
+        params: dict[str, Any] = {"record_id": rec.id, "env_fingerprint": FP}
+        assert c.get("/v1/artifacts", params=params).status_code == 401
+        assert c.get("/v1/artifacts/device", params={"device": H200, "env_fingerprint": FP}
+                     ).status_code == 401
+        assert c.get("/v1/artifacts", params=params, headers={"Authorization": "Bearer x"}
+                     ).status_code == 401
+        got: list[str] = []
+        while True:
+            page = c.get("/v1/artifacts", params=params, headers={"Authorization": "Bearer r"}).json()
+            if not page:
+                break
+            assert len(page) <= 2
+            got += [s["cache_key"] for s in page]
+            params["after"] = page[-1]["id"]
+        assert got == keys  # oldest first, every set once
+        assert len(c.get("/v1/artifacts", params={"record_id": rec.id, "env_fingerprint": FP},
+                         headers=AUTH).json()) == 2
+    with TestClient(create_app(settings_for(store.url, read_token=SecretStr("")), store=store)) as c:
+        params = {"record_id": rec.id, "env_fingerprint": FP}
+        assert c.get("/v1/artifacts", params=params).status_code == 200  # empty: not set
+
+
+def test_prefetch_is_bounded_before_loading_and_keeps_the_oldest(
+        local_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget is applied to sizes the store sums before it reads a file, oldest set first:
+    a newer upload never pushes an older set out, and nothing past the budget is loaded."""
+    from kernelsearch.db.repos.artifacts import ArtifactRepo
+
+    recs = [local_store.upsert_best(trusted(record(KA, {"total_patches": p}, 10.0)))[0]
+            for p in (64, 128, 256)]
+    keys = [hashlib.sha256(f"key {i}".encode()).hexdigest() for i in range(3)]
+    for rec, k in zip(recs, keys):
+        local_store.put_artifacts(rec.id, cache_key=k, env=ENV, env_fingerprint=FP, group=GROUP,
+                                  files=group_files(key=k), origin="worker")
+    loaded: list[int] = []
+    views = ArtifactRepo._artifact_views
+    monkeypatch.setattr(ArtifactRepo, "_artifact_views", staticmethod(
+        lambda s, ids: loaded.extend(ids) or views(s, ids)))
+    one = sum(len(d) for d in FILES.values())
+    assert artifacts.prefetch(device=H200, max_bytes=2 * one + 10) == 2
+    assert compiled.read_group(keys[0], GROUP) and compiled.read_group(keys[1], GROUP)
+    assert compiled.read_group(keys[2], GROUP) is None
+    assert len(loaded) == 2  # the third set's files were never read
+
+
+def test_a_malformed_set_costs_only_itself_and_no_file_is_replaced(
+        caplog: pytest.LogCaptureFixture) -> None:
+    other = hashlib.sha256(b"other key").hexdigest()
+    with caplog.at_level(logging.WARNING):
+        n = artifacts.install(["junk", {"files": []}, wire(),  # type: ignore[list-item]
+                               wire(group_files(key=other), cache_key=other)])
+    assert n == 2 and artifacts.STATS.rejected == 2 and "malformed" in caplog.text
+    assert local_group() == FILES
+    # A set whose group is new but whose files are there already (Triton's own cubin of a group
+    # being written) is refused: nothing in the cache is ever written over.
+    from triton.runtime.cache import get_cache_manager
+
+    third = hashlib.sha256(b"third key").hexdigest()
+    get_cache_manager(third).put(b"triton's own cubin", CUBIN_NAME, binary=True)
+    assert artifacts.install([wire(group_files(key=third), cache_key=third)]) == 0
+    assert Path(get_cache_manager(third).get_file(CUBIN_NAME) or "").read_bytes() == b"triton's own cubin"
+
+
+def test_the_services_prefetch_pages_within_the_budget_oldest_first(store: Store) -> None:
+    """Through the service: each page is asked for within the budget left, and answered within
+    the service's own read bound; the budget is never exceeded and the oldest sets come first."""
+    recs = [store.upsert_best(trusted(record(KA, {"total_patches": p}, 10.0)))[0]
+            for p in (64, 128, 256, 512)]
+    keys = [hashlib.sha256(f"key {i}".encode()).hexdigest() for i in range(4)]
+    for rec, k in zip(recs, keys):
+        store.put_artifacts(rec.id, cache_key=k, env=ENV, env_fingerprint=FP, group=GROUP,
+                            files=group_files(key=k), origin="worker")
+    one = sum(len(d) for d in FILES.values())
+    asked: list[dict[str, Any]] = []
+    with TestClient(create_app(settings_for(store.url, artifact_read_max_bytes=one + 1),
+                               store=store)) as c:
+        class Service:
+            def device_artifacts(self, device: str, fp: str, kernels: Any, *, after: int,
+                                 max_bytes: int) -> list[dict[str, Any]]:
+                asked.append({"after": after, "max_bytes": max_bytes})
+                return c.get("/v1/artifacts/device", params={
+                    "device": device, "env_fingerprint": fp, "after": after,
+                    "max_bytes": max_bytes}).json()
+
+        got = artifacts._prefetch_pages(Service(), None, H200, FP, None, 3 * one)
+    assert [s["cache_key"] for s in got] == keys[:3]
+    assert [a["max_bytes"] for a in asked] == [3 * one, 2 * one, one]
+
+
+def test_a_cache_on_a_file_system_without_hard_links_still_installs_without_replacing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    def no_links(src: str, dst: str) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert artifacts.install([wire()]) == 1 and local_group() == FILES
+    other = hashlib.sha256(b"other key").hexdigest()
+    from triton.runtime.cache import get_cache_manager
+
+    get_cache_manager(other).put(b"triton's own cubin", CUBIN_NAME, binary=True)
+    assert artifacts.install([wire(group_files(key=other), cache_key=other)]) == 0
+    assert Path(get_cache_manager(other).get_file(CUBIN_NAME) or "").read_bytes() == b"triton's own cubin"
+
+
+def test_a_record_holds_a_bounded_number_of_uploaded_sets(store: Store) -> None:
+    rec, _ = store.upsert_best(trusted(record(KA, {"total_patches": 64}, 10.0)))
+    keys = [hashlib.sha256(f"key {i}".encode()).hexdigest() for i in range(3)]
+    with TestClient(create_app(settings_for(store.url, artifact_max_uploads=2), store=store)) as c:
+        for k in keys[:2]:
+            r = c.post("/v1/artifacts", json=body(rec.id, group_files(key=k), cache_key=k))
+            assert r.status_code == 201, r.text
+        r = c.post("/v1/artifacts", json=body(rec.id, group_files(key=keys[2]), cache_key=keys[2]))
+        assert r.status_code == 409 and "KS_ARTIFACT_MAX_UPLOADS" in r.text
+    store.put_artifacts(rec.id, cache_key=keys[2], env=ENV, env_fingerprint=FP, group=GROUP,
+                        files=group_files(key=keys[2]), origin="worker")  # a worker's: not bounded
+    assert len(store.artifacts_of_record(rec.id, FP)) == 3

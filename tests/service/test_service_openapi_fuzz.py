@@ -43,7 +43,8 @@ def _app():
     store = Store(_URL)
     store.upsert_best(trusted(record(KB, {"seq_len": 128}, 20.0)))
     store.create_job(KB, [{"seq_len": 2}], 2, "tpe")
-    return create_app(settings_for(_URL, api_token="fuzz-token", max_queued_jobs=10_000),
+    return create_app(settings_for(_URL, api_token="fuzz-token", read_token="fuzz-token",
+                                   max_queued_jobs=10_000),
                       store=store)
 
 

@@ -47,7 +47,9 @@
 #                 `kernelsearch worker`, a user's program with FlagGems and gemlite (.whl/) unchanged but
 #                 for the swap under `first` (queues capture jobs), the worker's jobs, a fresh program
 #                 served, `kernelsearch search --from-captures`, the worker's searches, a fresh program
-#                 served the searched winners; one line per step (docs/benchmarks/issue39_loop.py)
+#                 served the searched winners; one line per step (docs/benchmarks/issue39_loop.py); then
+#                 a cubin of another kernel offered as a record's, refused by the service and a host
+#                 (docs/benchmarks/issue43_trust.py)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ks
@@ -256,6 +258,9 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       KS_SERVICE_URL=http://127.0.0.1:8739 timeout ${LOOP_S:-480} python3 docs/benchmarks/issue39_loop.py all \
         --service http://127.0.0.1:8739 --work $W --budget-s $(( ${LOOP_S:-480} - 20 )) --out $D/summary.json \
         | tee $D/steps.txt
+      # Issue 43 on real compile groups: a cubin of another kernel refused by the service and the host.
+      KS_SERVICE_URL=http://127.0.0.1:8739 TRITON_CACHE_DIR=$W/tc_trust timeout 120 python3 \
+        docs/benchmarks/issue43_trust.py --service http://127.0.0.1:8739 2>$W/trust.err | tee $D/trust.txt
       kill $WORKER; sleep 2; kill $API
       $KS records export $W/records.json >/dev/null 2>&1
       (cd $W && tar czf $D/logs.tar.gz *.err *.json api.log worker.log 2>/dev/null) ;;

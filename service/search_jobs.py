@@ -107,39 +107,37 @@ def search_record(kdef: KernelDef, axes: Mapping[str, Any], out: Mapping[str, An
         gain_vs_list=float(out["gain"]) if searched else (1.0 if verdict is not None else None)))
 
 
-def _edges(store: Any, settings: Settings, kdef: Any, job: Any,
-           axes: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _edges(store: Any, settings: Settings, kdef: Any, job: Any, axes: Mapping[str, Any],
+           device_info: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The key's edges the strict gate checks a searched config on besides the job's call:
     the smallest and largest other stored call sharing the key, within this worker's capture
-    bounds (KS_CAPTURE_MAX_BYTES, KS_CAPTURE_MAX_PROGRAMS)."""
+    bounds (KS_CAPTURE_MAX_BYTES, KS_CAPTURE_MAX_PROGRAMS) on the trial child's device."""
     from kernelsearch.kernels.capture import key_edges
-    from kernelsearch.kernels.device import default_device, device_info
 
     from .job_policy import worker_bounds
 
     if not isinstance(job.capture, dict):
         return []
-    device = default_device()
-    bounds = worker_bounds(settings, device_info(device) if device.type == "cuda" else None)
     return key_edges(job.capture, store.key_captures(job.kernel, dict(axes)),
-                     kdef.definition, bounds)
+                     kdef.definition, worker_bounds(settings, device_info))
 
 
 def run_search_job(store: Any, settings: Settings, job: Any, held: Any, *, owner: str,
-                   stop: Callable[[], bool], limit_s: float,
+                   stop: Callable[[], bool], limit_s: float, device_info: Mapping[str, Any],
                    run: Callable[..., Any] | None = None) -> tuple[JobStatus | None, str | None]:
     """Run a search job whose kernel the worker registered from the job's capture (Worker.
     _captured_kernel): the child's search, then its record through the gate, fenced by `held`.
-    `run` stands in for service.job_child.run_in_child (a test runs it in process)."""
+    `device_info` is the trial child's report: the worker never probes the GPU itself (a CUDA
+    context it holds costs the device memory, and a probe poisons what it forks). `run` stands
+    in for service.job_child.run_in_child (a test runs it in process)."""
     from kernelsearch.kernels import get_kernel
-    from kernelsearch.kernels.device import default_device, device_name
     from kernelsearch.search_space.acceptance import RecordRejected
 
     from .job_child import JobChildFailed, JobChildStopped, run_in_child
 
     kdef = get_kernel(job.kernel)
     axes = dict(job.cases[0])
-    device = device_name(default_device())
+    device = str(device_info["name"])
     study = study_of(job.kernel, axes, device)
     current = [r for r in store.list_records(job.kernel, device) if dict(r.axes) == axes
                and r.source_hash == kdef.source_hash]
@@ -148,7 +146,7 @@ def run_search_job(store: Any, settings: Settings, job: Any, held: Any, *, owner
             "budget": {"n_trials": job.n_trials, "timeout_s": settings.search_seconds},
             "sampler": settings.search_sampler,
             "listed_timings": dict(current[0].config_timings or {}) if current else None,
-            "edges": _edges(store, settings, kdef, job, axes)}
+            "edges": _edges(store, settings, kdef, job, axes, device_info)}
     store.update_job_progress(held, trials_done=0, device=device,
                               current_case={"index": 0, "axes": axes})
     try:

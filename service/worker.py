@@ -293,7 +293,8 @@ class Worker:
                 return search_jobs.run_search_job(
                     self.store, self.settings, job, held, owner=self.owner,
                     stop=lambda: self.stop_event.is_set() or lease.lost.is_set(),
-                    limit_s=max(0.001, deadline - time.monotonic()))
+                    limit_s=max(0.001, deadline - time.monotonic()),
+                    device_info=self.runner.device_info or {})
         try:
             resolve(job.kernel)
         except KernelSearchError as exc:

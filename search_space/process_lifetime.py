@@ -1,5 +1,5 @@
-"""A child process's lifetime: killed with its parent (`die_with_parent`), and its end in
-words (`how_it_ended`)."""
+"""A child process's lifetime: killed with its parent (`die_with_parent`), killed with the
+processes it started (`kill_group`), and its end in words (`how_it_ended`)."""
 from __future__ import annotations
 
 import os
@@ -47,4 +47,21 @@ def die_with_parent(sig: int, parent_pid: int) -> None:
         os.kill(os.getpid(), sig)
 
 
-__all__ = ["die_with_parent", "how_it_ended"]
+def kill_group(proc: Any) -> None:
+    """Kill a multiprocessing child that leads its own process group (it called os.setsid()),
+    with every process still in that group: what the code it ran started and left behind (a
+    process that left the group itself escapes). Then reap the child. A child killed before its
+    setsid() has started nothing: it is killed alone."""
+    if proc.pid is None:
+        return
+    try:
+        # While a process is in the group, Linux gives no other process the group's id.
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.is_alive():
+        proc.kill()
+    proc.join(5)
+
+
+__all__ = ["die_with_parent", "how_it_ended", "kill_group"]

@@ -162,7 +162,9 @@ def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None
                 optional: Sequence[str] = ()) -> None:
     """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU).
     Killed with its parent: a worker killed mid-trial takes its trial (and a hung kernel's
-    process and device memory) with it, instead of leaving it to run with nobody to end it."""
+    process and device memory) with it, instead of leaving it to run with nobody to end it.
+    Leads its own session, so the runner kills what a kernel's code started with it."""
+    os.setsid()
     if parent_pid is not None:
         die_with_parent(signal.SIGKILL, parent_pid)
     _import_modules(modules, optional)

@@ -1,7 +1,7 @@
 """Search jobs: a worker searches one key of an undeclared kernel beyond its config list, from
 the key's stored capture (issue 35).
 
-A search job is a capture job whose sampler is `SEARCH` (queued by `kernelsearch search
+A search job (JobKind.SEARCH) is a capture job whose sampler is `SEARCH` (queued by `kernelsearch search
 --from-captures` or `POST /v1/search`, one per key a program's captures have met). The worker
 runs it in a disposable child (service.job_child): the per-key study in the store, the strict
 gate, the interleaved re-measure (search_space.captured_search). Its record, through the one
@@ -15,7 +15,7 @@ import socket
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from kernelsearch.db.statuses import JobStatus, RecordOrigin, WinnerOrigin
+from kernelsearch.db.statuses import SEARCH_SAMPLER, JobStatus, RecordOrigin, WinnerOrigin
 from kernelsearch.db.views import Accepted, JobView, RecordIn
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 from .job_acceptance import CALLS_STORED_BY
 from .settings import Settings
 
-SEARCH = "search"  # the job's sampler: what tells a search job from a tuning job
+SEARCH = SEARCH_SAMPLER  # the job's sampler: what makes a capture job a JobKind.SEARCH job
 
 
 def study_of(kernel: str, axes: Mapping[str, Any], device: str) -> str:

@@ -9,7 +9,8 @@ all fail. Whatever the code does (SystemExit or KeyboardInterrupt from a module,
 segfault, a signal, a hang) ends the child, never the worker: the caller gets `JobChildFailed`
 saying how it ended. The child leads its own session and process group, so a terminal's or
 group's signal never reaches the worker through it, and the processes its code started are
-killed with it: when it answers, fails, is stopped or runs past the wall-clock limit.
+killed with it: when it answers, fails, is stopped or runs past the wall-clock limit, and when
+the worker is killed (the child dies with it, and its group with the child).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import signal
 import time
 from typing import Any, Callable, Final
 
-from kernelsearch.search_space.process_lifetime import die_with_parent, how_it_ended, kill_group
+from kernelsearch.search_space.process_lifetime import die_with_parent, guard_group, how_it_ended, kill_group
 
 _POLL_S = 0.2
 START_METHOD: Final = "spawn"
@@ -40,6 +41,7 @@ class JobChildStopped(Exception):
 
 def _child(conn: Any, parent_pid: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     os.setsid()
+    guard_group()
     die_with_parent(signal.SIGKILL, parent_pid)
     try:
         out: tuple[str, Any] = ("ok", fn(*args))

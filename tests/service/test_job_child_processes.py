@@ -80,6 +80,34 @@ def test_what_a_job_child_started_ends_with_the_job(tmp_path: Path, how: str, en
     assert _gone(grandchild), f"grandchild {grandchild} outlived its job ({ending})"
 
 
+@pytest.mark.parametrize("how", ["fork", "popen"])
+def test_what_a_job_child_started_ends_with_a_worker_killed_by_sigkill(tmp_path: Path, how: str) -> None:
+    """No cleanup runs in a worker killed with SIGKILL: its job child dies with it (parent-death
+    signal), and the child's group guard kills what the child started."""
+    pid_file = tmp_path / "grandchild.pid"
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(HERE)!r})
+        import ks_hostile_job
+        from kernelsearch.service.job_child import run_in_child
+        if __name__ == "__main__":
+            run_in_child(ks_hostile_job.hangs, {str(pid_file)!r}, {how!r})
+    """))
+    worker = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists():
+            assert worker.poll() is None and time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.1)
+        time.sleep(0.2)  # the pid is written
+    finally:
+        worker.kill()
+        worker.wait(10)
+    grandchild = int(pid_file.read_text())
+    assert _gone(grandchild), f"grandchild {grandchild} outlived its worker"
+
+
 def test_the_trial_child_leads_its_own_session_and_its_group_ends_with_it() -> None:
     runner = TrialRunner(trial_timeout_s=60.0)
     try:

@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from .checks import KERNEL_NAME_CHARS, kernel_key
-from .statuses import JOB_STATUSES, JobStatus, RecordOrigin, WinnerOrigin
+from .statuses import JOB_KINDS, JOB_STATUSES, JobStatus, RecordOrigin, WinnerOrigin
 
 # Stable constraint names: Alembic's batch mode on SQLite and later migrations need them.
 NAMING_CONVENTION = {
@@ -140,6 +140,7 @@ class Job(Base):
     __tablename__ = "ks_jobs"
     __table_args__ = (
         CheckConstraint(f"status IN ({', '.join(repr(s) for s in JOB_STATUSES)})", name="status"),
+        CheckConstraint(f"kind IN ({', '.join(repr(k) for k in JOB_KINDS)})", name="kind"),
         Index("ix_ks_jobs_status_id", "status", "id"),
     )
 
@@ -147,6 +148,8 @@ class Job(Base):
     kernel_id: Mapped[int] = mapped_column(ForeignKey("ks_kernels.id"))
     cases: Mapped[list[Any]]
     n_trials: Mapped[int] = mapped_column(Integer)
+    # statuses.JobKind: what the job runs, the worker's dispatch.
+    kind: Mapped[str] = mapped_column(String(16))
     sampler: Mapped[str] = mapped_column(String(32))
     timeout_s: Mapped[float | None] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value)

@@ -8,6 +8,8 @@ A job is active while it waits or runs; the finished statuses are final.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 
 class JobStatus(enum.StrEnum):
@@ -23,6 +25,36 @@ ACTIVE_STATUSES: tuple[str, ...] = (JobStatus.QUEUED.value, JobStatus.RUNNING.va
 FINISHED_STATUSES: tuple[str, ...] = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value,
                                       JobStatus.CANCELLED.value)
 JOB_STATUSES: tuple[str, ...] = ACTIVE_STATUSES + FINISHED_STATUSES
+
+
+class JobKind(enum.StrEnum):
+    """What a job runs, set once at submission from what was submitted (`job_kind`); the worker
+    has one handler per kind. DECLARED: Optuna tunes a registered kernel's cases. CAPTURE: Optuna
+    tunes an undeclared kernel on a call's capture. SEARCH: a captured key searched beyond its
+    config list. HELION: Helion's own autotuner on a captured call."""
+
+    DECLARED = "declared"
+    CAPTURE = "capture"
+    SEARCH = "search"
+    HELION = "helion"
+
+
+JOB_KINDS: tuple[str, ...] = tuple(k.value for k in JobKind)
+# What a submission carries that says its kind: a search job's sampler, a Helion capture's kind.
+SEARCH_SAMPLER = "search"
+HELION_CAPTURE = "helion"
+
+
+def job_kind(sampler: str, capture: Mapping[str, Any] | None) -> JobKind:
+    """The kind of a job submitted with this sampler and capture (the store sets it so; the
+    migration that added the column set older jobs' so)."""
+    if capture is None:
+        return JobKind.DECLARED
+    if capture.get("kind") == HELION_CAPTURE:
+        return JobKind.HELION
+    if sampler == SEARCH_SAMPLER:
+        return JobKind.SEARCH
+    return JobKind.CAPTURE
 
 
 class RecordOrigin(enum.StrEnum):

@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar, final
 
 from .models import utcnow
-from .statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, JobStatus, RecordOrigin, WinnerOrigin
+from .statuses import (ACTIVE_STATUSES, FINISHED_STATUSES, JOB_STATUSES, JobKind, JobStatus, RecordOrigin,
+                       WinnerOrigin)
 
 __all__ = [
     "ACTIVE_STATUSES", "FINISHED_STATUSES", "JOB_STATUSES", "JobView", "RecordFields", "RecordIn",
@@ -54,6 +55,7 @@ class JobView:
     current_case: dict[str, Any] | None
     # The call an undeclared kernel's job tunes on (kernels.capture.Capture as JSON), or None.
     capture: dict[str, Any] | None = None
+    kind: JobKind = JobKind.DECLARED
 
     def as_dict(self) -> dict[str, Any]:
         """The job as the API shows it: whether it carries a capture, not the capture itself."""

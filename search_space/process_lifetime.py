@@ -1,5 +1,5 @@
-"""A child process's lifetime: killed with its parent (`die_with_parent`), and its end in
-words (`how_it_ended`)."""
+"""A child process's lifetime: killed with its parent (`die_with_parent`), the processes it
+started killed with it (`guard_group`, `kill_group`), and its end in words (`how_it_ended`)."""
 from __future__ import annotations
 
 import os
@@ -47,4 +47,43 @@ def die_with_parent(sig: int, parent_pid: int) -> None:
         os.kill(os.getpid(), sig)
 
 
-__all__ = ["die_with_parent", "how_it_ended"]
+def guard_group() -> None:
+    """Call first thing in a child that leads its own process group: fork a guard that kills the
+    whole group once this process dies, however (a parent-death signal when the worker is killed
+    with SIGKILL, a crash, a normal exit), so that what the code run here started never outlives
+    it. The guard holds no descriptor of ours, so a pipe to the parent still closes with us."""
+    leader = os.getpid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    pid = os.fork()
+    if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        return
+    try:
+        os.closerange(3, 1 << 16)
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGUSR1))
+        if os.getppid() == leader:
+            signal.sigwait({signal.SIGUSR1})
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def kill_group(proc: Any) -> None:
+    """Kill a multiprocessing child that leads its own process group (it called os.setsid()),
+    with every process still in that group: what the code it ran started and left behind (a
+    process that left the group itself escapes). Then reap the child. A child killed before its
+    setsid() has started nothing: it is killed alone."""
+    if proc.pid is None:
+        return
+    try:
+        # While a process is in the group, Linux gives no other process the group's id.
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.is_alive():
+        proc.kill()
+    proc.join(5)
+
+
+__all__ = ["die_with_parent", "guard_group", "how_it_ended", "kill_group"]

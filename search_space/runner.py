@@ -1,9 +1,11 @@
 """Trial runner: each candidate config runs in a child process that can die without taking us.
 
 A Triton candidate may hang, segfault or poison the CUDA context (illegal access), so trials run
-in a long-lived child (spawn context); the child is killed and replaced when a trial exceeds its
-timeout or the child dies. The pipeline in the child is: validate -> compile (first launch, timed)
--> check over the kernel's input domain (kernels.check) -> measure with the benchmark's protocol.
+in a long-lived child (spawn context: a forked child of a process that probed CUDA cannot use
+it); the child is killed, with every process its kernels' code started (it leads its own
+session), and replaced when a trial exceeds its timeout or the child dies. The pipeline in the
+child is: validate -> compile (first launch, timed) -> check over the kernel's input domain
+(kernels.check) -> measure with the benchmark's protocol.
 
 Compile-ahead: on a GPU, a pool of processes compiles upcoming configs with Triton's launches
 turned into warmups (compile, no launch); Triton's on-disk cache then makes the child's first
@@ -38,7 +40,7 @@ from kernelsearch.kernels.errors import FailureKind, TrialCrash
 from kernelsearch.kernels.registry import get_kernel
 
 from .compile_pool import _SHAPED, _compile_init, _key, _warm_worker, compile_config  # noqa: F401 - _SHAPED: tests reach it here
-from .process_lifetime import die_with_parent, how_it_ended
+from .process_lifetime import die_with_parent, how_it_ended, kill_group
 from .trial_child import _child_main
 from .trial_outcome import TrialCancelled, TrialOutcome
 
@@ -127,15 +129,12 @@ class TrialRunner:
                 pass
         if self._proc is not None:
             self._proc.join(timeout=2)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join(timeout=5)
+            kill_group(self._proc)
         self._proc = self._conn = None
 
     def _kill_child(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(timeout=5)
+        if self._proc is not None:
+            kill_group(self._proc)
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -157,7 +156,7 @@ class TrialRunner:
         proc.start()
         child.close()
         if not parent.poll(self.startup_timeout_s):
-            proc.kill()
+            kill_group(proc)
             raise RuntimeError(f"trial runner did not start within {self.startup_timeout_s:.0f} s")
         try:
             hello = parent.recv()

@@ -13,7 +13,7 @@ from kernelsearch.kernels.errors import FailureKind
 from kernelsearch.kernels.registry import resolve
 from kernelsearch.kernels.runtime import runtime_of
 
-from .process_lifetime import die_with_parent
+from .process_lifetime import die_with_parent, guard_group
 from .trial_outcome import TrialOutcome
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,10 @@ def _child_main(conn: Any, modules: Sequence[str], parent_pid: int | None = None
     """Serve requests until the pipe closes; a crash-kind failure ends the process (poisoned GPU).
     Killed with its parent: a worker killed mid-trial takes its trial (and a hung kernel's
     process and device memory) with it, instead of leaving it to run with nobody to end it.
-    Its memory is bounded (`limit_memory`) before any kernel module is imported."""
+    Leads its own session, so the runner kills what a kernel's code started with it. Its memory
+    is bounded (`limit_memory`) before any kernel module is imported."""
+    os.setsid()
+    guard_group()
     if parent_pid is not None:
         die_with_parent(signal.SIGKILL, parent_pid)
     limit_memory()

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelsearch.db.statuses import HELION_CAPTURE
 from kernelsearch.kernels.capture import (MAX_CAPTURE_BYTES, ArgCapture, Capture, CaptureError,
                                           KernelModuleUnavailable, args_from_json, import_object,
                                           rebuild)
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KIND = "helion"
+KIND = HELION_CAPTURE  # the capture's kind: what makes a job a JobKind.HELION job
 VERSION = 1
 SAMPLER = "helion"  # the job's sampler column: Helion's own search runs, not Optuna's
 JOB_KERNEL_PREFIX = "helion:"
@@ -102,10 +103,6 @@ class HelionJob:
                 "qualname": self.qualname, "args": [a.as_json() for a in self.args],
                 "device": self.device, "settings": dict(self.settings), "key_type": self.key_type,
                 "key_fields": dict(self.key_fields), "checked": self.checked}
-
-
-def is_helion_capture(capture: Any) -> bool:
-    return isinstance(capture, Mapping) and capture.get("kind") == KIND
 
 
 def parse_job(doc: Any) -> HelionJob:
@@ -338,5 +335,5 @@ def _compiled_of(bound: Any, config: Any, args: tuple[Any, ...]) -> list[dict[st
 
 
 __all__ = ["HelionJob", "HelionJobCrashed", "HelionJobError", "KIND", "SAMPLER", "SETTINGS",
-           "TunedEntry", "check_job", "is_helion_capture", "parse_job", "tune", "tune_here",
+           "TunedEntry", "check_job", "parse_job", "tune", "tune_here",
            "tuning_here"]

@@ -1,11 +1,16 @@
 """A job's code run in a disposable child process, never in the worker's own.
 
 A job that runs user code outside the trial child (a Helion job: the kernel's module imported,
-Helion's autotuner run) runs it here: one child per job, forked from a fork server that has
-torch (and Helion, where installed) imported already, so a job starts in about a second. Whatever
-the code does (SystemExit or KeyboardInterrupt from a module, os._exit, a segfault, a signal, a
-hang) ends the child, never the worker: the caller gets `JobChildFailed` saying how it ended. A
-stop request or the wall-clock limit kills the child.
+Helion's autotuner run; a search job) runs it here: one child per job, started with `spawn`, a
+fresh interpreter. Not forked: torch marks every child forked after a CUDA probe in its parent
+(`torch.cuda.is_available()`, `device_count()`, which importing Helion or Triton may call) as a
+"bad fork" that cannot use CUDA, so a fork server that preloads them gives GPU jobs children that
+all fail. Whatever the code does (SystemExit or KeyboardInterrupt from a module, os._exit, a
+segfault, a signal, a hang) ends the child, never the worker: the caller gets `JobChildFailed`
+saying how it ended. The child leads its own session and process group, so a terminal's or
+group's signal never reaches the worker through it, and the processes its code started are
+killed with it: when it answers, fails, is stopped or runs past the wall-clock limit, and when
+the worker is killed (the child dies with it, and its group with the child).
 """
 from __future__ import annotations
 
@@ -13,12 +18,12 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
-from kernelsearch.search_space.runner import die_with_parent, how_it_ended
+from kernelsearch.search_space.process_lifetime import die_with_parent, guard_group, how_it_ended, kill_group
 
 _POLL_S = 0.2
-_PRELOAD = ["torch", "helion"]  # a module that is not installed is skipped by the fork server
+START_METHOD: Final = "spawn"
 
 
 class JobChildFailed(Exception):
@@ -34,17 +39,10 @@ class JobChildStopped(Exception):
         self.timed_out = timed_out
 
 
-def _context() -> Any:
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    return ctx
-
-
-def _child(conn: Any, env: dict[str, str], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-    die_with_parent(signal.SIGKILL, os.getppid())
-    # The fork server's environment is the one it started with: the caller's, as it is now.
-    os.environ.clear()
-    os.environ.update(env)
+def _child(conn: Any, parent_pid: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    os.setsid()
+    guard_group()
+    die_with_parent(signal.SIGKILL, parent_pid)
     try:
         out: tuple[str, Any] = ("ok", fn(*args))
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a module ends the job, not us
@@ -60,9 +58,9 @@ def run_in_child(fn: Callable[..., Any], *args: Any, stop: Callable[[], bool] | 
     """`fn(*args)` in a fresh child process (`fn` a module-level function, its arguments and
     answer picklable); what it returns, or JobChildFailed / JobChildStopped. An Exception `fn`
     raises is its answer's business: catch it there and return it as data."""
-    ctx = _context()
+    ctx = mp.get_context(START_METHOD)
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, dict(os.environ), fn, args), name="ks-job-child")
+    proc = ctx.Process(target=_child, args=(child, os.getpid(), fn, args), name="ks-job-child")
     proc.start()
     child.close()
     deadline = None if limit_s is None else time.monotonic() + limit_s
@@ -89,9 +87,7 @@ def run_in_child(fn: Callable[..., Any], *args: Any, stop: Callable[[], bool] | 
         raise JobChildFailed(f"{how_it_ended(proc.exitcode)} before answering")
     finally:
         parent.close()
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
+        kill_group(proc)
 
 
-__all__ = ["JobChildFailed", "JobChildStopped", "run_in_child"]
+__all__ = ["JobChildFailed", "JobChildStopped", "START_METHOD", "run_in_child"]

@@ -6,12 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from kernelsearch.db.statuses import JOB_STATUSES
+from kernelsearch.db.statuses import JOB_KINDS, JOB_STATUSES
 from kernelsearch.db.views import RecordFields, field_specs
 from kernelsearch.db.wire import AxisValue
 from kernelsearch.kernels.undeclared import MAX_NAME_CHARS
 
 JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]  # the statuses' one definition
+JobKind = Literal[JOB_KINDS]  # type: ignore[valid-type]
 Match = Literal["exact", "nearest"]
 
 
@@ -155,6 +156,9 @@ class JobOut(BaseModel):
     id: int
     status: JobStatus
     kernel: str
+    kind: JobKind | None = Field(None, description="what the job runs: declared (a registered kernel's "
+                                 "cases), capture (an undeclared kernel's captured call), search (a "
+                                 "captured key beyond its config list), helion (Helion's own autotuner)")
     cases: list[dict[str, AxisValue]]
     n_trials: int
     sampler: str | None = None

@@ -1,7 +1,7 @@
 """Search jobs: a worker searches one key of an undeclared kernel beyond its config list, from
 the key's stored capture (issue 35).
 
-A search job is a capture job whose sampler is `SEARCH` (queued by `kernelsearch search
+A search job (JobKind.SEARCH) is a capture job whose sampler is `SEARCH` (queued by `kernelsearch search
 --from-captures` or `POST /v1/search`, one per key a program's captures have met). The worker
 runs it in a disposable child (service.job_child): the per-key study in the store, the strict
 gate, the interleaved re-measure (search_space.captured_search). Its record, through the one
@@ -15,7 +15,7 @@ import socket
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from kernelsearch.db.statuses import JobStatus, RecordOrigin, WinnerOrigin
+from kernelsearch.db.statuses import SEARCH_SAMPLER, JobStatus, RecordOrigin, WinnerOrigin
 from kernelsearch.db.views import Accepted, JobView, RecordIn
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 from .job_acceptance import CALLS_STORED_BY
 from .settings import Settings
 
-SEARCH = "search"  # the job's sampler: what tells a search job from a tuning job
+SEARCH = SEARCH_SAMPLER  # the job's sampler: what makes a capture job a JobKind.SEARCH job
 
 
 def study_of(kernel: str, axes: Mapping[str, Any], device: str) -> str:
@@ -113,39 +113,37 @@ def search_record(kdef: KernelDef, axes: Mapping[str, Any], out: Mapping[str, An
         else None))
 
 
-def _edges(store: Any, settings: Settings, kdef: Any, job: Any,
-           axes: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _edges(store: Any, settings: Settings, kdef: Any, job: Any, axes: Mapping[str, Any],
+           device_info: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The key's edges the strict gate checks a searched config on besides the job's call:
     the smallest and largest other stored call sharing the key, within this worker's capture
-    bounds (KS_CAPTURE_MAX_BYTES, KS_CAPTURE_MAX_PROGRAMS)."""
+    bounds (KS_CAPTURE_MAX_BYTES, KS_CAPTURE_MAX_PROGRAMS) on the trial child's device."""
     from kernelsearch.kernels.capture import key_edges
-    from kernelsearch.kernels.device import default_device, device_info
 
     from .job_policy import worker_bounds
 
     if not isinstance(job.capture, dict):
         return []
-    device = default_device()
-    bounds = worker_bounds(settings, device_info(device) if device.type == "cuda" else None)
     return key_edges(job.capture, store.key_captures(job.kernel, dict(axes)),
-                     kdef.definition, bounds)
+                     kdef.definition, worker_bounds(settings, device_info))
 
 
 def run_search_job(store: Any, settings: Settings, job: Any, held: Any, *, owner: str,
-                   stop: Callable[[], bool], limit_s: float,
+                   stop: Callable[[], bool], limit_s: float, device_info: Mapping[str, Any],
                    run: Callable[..., Any] | None = None) -> tuple[JobStatus | None, str | None]:
     """Run a search job whose kernel the worker registered from the job's capture (Worker.
     _captured_kernel): the child's search, then its record through the gate, fenced by `held`.
-    `run` stands in for service.job_child.run_in_child (a test runs it in process)."""
+    `device_info` is the trial child's report: the worker never probes the GPU itself (a CUDA
+    context it holds costs the device memory, and a probe poisons what it forks). `run` stands
+    in for service.job_child.run_in_child (a test runs it in process)."""
     from kernelsearch.kernels import get_kernel
-    from kernelsearch.kernels.device import default_device, device_name
     from kernelsearch.search_space.acceptance import RecordRejected
 
     from .job_child import JobChildFailed, JobChildStopped, run_in_child
 
     kdef = get_kernel(job.kernel)
     axes = dict(job.cases[0])
-    device = device_name(default_device())
+    device = str(device_info["name"])
     study = study_of(job.kernel, axes, device)
     current = [r for r in store.list_records(job.kernel, device) if dict(r.axes) == axes
                and r.source_hash == kdef.source_hash]
@@ -154,7 +152,7 @@ def run_search_job(store: Any, settings: Settings, job: Any, held: Any, *, owner
             "budget": {"n_trials": job.n_trials, "timeout_s": settings.search_seconds},
             "sampler": settings.search_sampler,
             "listed_timings": dict(current[0].config_timings or {}) if current else None,
-            "edges": _edges(store, settings, kdef, job, axes)}
+            "edges": _edges(store, settings, kdef, job, axes, device_info)}
     store.update_job_progress(held, trials_done=0, device=device,
                               current_case={"index": 0, "axes": axes})
     try:

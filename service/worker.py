@@ -11,7 +11,9 @@ Leases are fenced (db.repos.jobs): a worker that lost its lease (its heartbeats 
 and another worker claimed the job) gets LeaseLost from its next write, and leaves the job, its
 study and its trials to the new holder without touching them.
 Cancelling a job kills its trial in flight. Candidates run in the tuner's TrialRunner child
-process, so a crashing or hanging kernel never takes us down.
+process, so a crashing or hanging kernel never takes us down. A job's kind (statuses.JobKind,
+set at submission) picks its handler. The worker creates no CUDA context (its children report
+the device) and spawns every child: one forked from a process that probed CUDA cannot use it.
 """
 from __future__ import annotations
 
@@ -26,13 +28,12 @@ from typing import TYPE_CHECKING, Any, Callable, Self
 from kernelsearch.db.engine import is_transient, retrying
 from kernelsearch.db.errors import LeaseLost, StoreError, StoreUnavailable
 from kernelsearch.db.interfaces import JobQueue, Lease, WorkerStore
-from kernelsearch.db.statuses import JobStatus, RecordOrigin
+from kernelsearch.db.statuses import JobKind, JobStatus, RecordOrigin
 from kernelsearch.kernels.errors import KernelSearchError
 from kernelsearch.kernels.registry import resolve
 from kernelsearch.search_space.states import CUT_SHORT
 
 from . import search_jobs
-from .helion_jobs import is_helion_capture
 from .metrics import Metrics
 from .settings import Settings
 
@@ -140,6 +141,8 @@ class Worker:
         self._cancel_watch: _CancelWatch | None = None
         # This claim's end under KS_JOB_MAX_SECONDS (time.monotonic()); None between jobs.
         self._limit_at: float | None = None
+        # When the claimed job must stop: its own timeout, within _limit_at.
+        self._deadline_at = 0.0
 
     # -- the runner ---------------------------------------------------------------------------
     @property
@@ -271,34 +274,54 @@ class Worker:
 
     def _run_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
         """(final status, error), or (None, None) when the job must be left as it is; LeaseLost
-        from any write once another worker holds the job."""
-        from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
-
+        from any write once another worker holds the job. One handler per kind of job."""
         self._limit_at = time.monotonic() + self.settings.job_max_seconds
-        deadline = time.monotonic() + job.timeout_s if job.timeout_s else None
-        if deadline is None or deadline > self._limit_at:
-            deadline = self._limit_at
+        self._deadline_at = min(time.monotonic() + job.timeout_s, self._limit_at) if job.timeout_s else self._limit_at
+        handlers: dict[JobKind, Callable[[Any, Lease, _Lease], tuple[JobStatus | None, str | None]]] = {
+            JobKind.DECLARED: self._run_declared_job,
+            JobKind.CAPTURE: self._run_capture_job,
+            JobKind.SEARCH: self._run_search_job,
+            JobKind.HELION: self._run_helion_job,
+        }
+        return handlers[job.kind](job, held, lease)
 
-        def should_stop() -> bool:
-            return (self.stop_event.is_set() or lease.lost.is_set()
-                    or (deadline is not None and time.monotonic() >= deadline))
-
-        if is_helion_capture(job.capture):
-            return self._run_helion_job(job, held, lease)
-        if job.capture is not None:
-            failed = self._captured_kernel(job)
-            if failed is not None:
-                return JobStatus.FAILED, failed
-            if job.sampler == search_jobs.SEARCH:
-                return search_jobs.run_search_job(
-                    self.store, self.settings, job, held, owner=self.owner,
-                    stop=lambda: self.stop_event.is_set() or lease.lost.is_set(),
-                    limit_s=max(0.001, deadline - time.monotonic()))
+    def _run_declared_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
+        """A registered kernel's cases, tuned by Optuna in the trial child."""
         try:
             resolve(job.kernel)
         except KernelSearchError as exc:
             # A kernel this worker cannot import fails its job, not the worker.
             return JobStatus.FAILED, f"kernel {job.kernel!r} is not available on worker {self.owner}: {exc}"
+        return self._tune_cases(job, held, lease)
+
+    def _run_capture_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
+        """An undeclared kernel's captured call, tuned over its config list as a declared one's."""
+        failed = self._captured_kernel(job)
+        if failed is not None:
+            return JobStatus.FAILED, failed
+        return self._tune_cases(job, held, lease)
+
+    def _run_search_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
+        """A captured key searched beyond its config list, in a job child (service.search_jobs)."""
+        failed = self._captured_kernel(job)
+        if failed is not None:
+            return JobStatus.FAILED, failed
+        return search_jobs.run_search_job(
+            self.store, self.settings, job, held, owner=self.owner,
+            stop=lambda: self.stop_event.is_set() or lease.lost.is_set(),
+            limit_s=max(0.001, self._deadline_at - time.monotonic()),
+            device_info=self.runner.device_info or {})
+
+    def _tune_cases(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
+        """Tune the job's cases one by one with Optuna, its kernel registered here."""
+        from kernelsearch.search_space.tuner import TuneHooks, TuneOptions, tune_case
+
+        deadline = self._deadline_at
+
+        def should_stop() -> bool:
+            return (self.stop_event.is_set() or lease.lost.is_set()
+                    or time.monotonic() >= deadline)
+
         try:
             device = self.runner.device_name
         except Exception as exc:
@@ -320,7 +343,7 @@ class Worker:
                 self.store.update_job_progress(held, trials_done=_base + done, current_case=cur)
 
             def tune() -> Any:
-                remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
+                remaining = max(0.001, deadline - time.monotonic())
                 options = TuneOptions(
                     n_trials=job.n_trials, sampler=job.sampler, timeout_s=remaining, job_id=job.id,
                     measure_n=self.settings.measure_n, run_tag=f"job:{job.id}",
@@ -369,7 +392,7 @@ class Worker:
                 f"{finished} of {len(job.cases)} cases fully tuned, their records kept")
         if lease.lost.is_set() or self.stop_event.is_set() or self._job_cancelled():
             return None, None
-        if deadline is not None and time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             finished = sum(1 for r in results if r["stopped_because"] not in CUT_SHORT)
             if finished < len(job.cases):
                 return JobStatus.FAILED, (f"timed out after {job.timeout_s:g} s with {finished} of "

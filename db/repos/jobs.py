@@ -17,7 +17,7 @@ from ..checks import axes_key, check_int, check_name, check_number, check_status
 from ..errors import Conflict, LeaseLost
 from ..interfaces import Lease
 from ..models import Job, Kernel, StudyClaim, utcnow, kernel_named
-from ..statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JobStatus
+from ..statuses import ACTIVE_STATUSES, FINISHED_STATUSES, JobKind, JobStatus, job_kind
 from ..views import JobView
 from ._base import RepoBase, hold_job, lease_lost, rowcount
 
@@ -56,6 +56,7 @@ class JobRepo(RepoBase):
             finished_at=job.finished_at,
             current_case=job.current_case,
             capture=job.capture,
+            kind=JobKind(job.kind),
         )
 
     def _load_job(self, s: Session, job_id: int) -> JobView | None:
@@ -111,6 +112,7 @@ class JobRepo(RepoBase):
 
         wanted = [axes_key(c) for c in cases]
         limit_s = float(timeout_s) if timeout_s is not None else None
+        kind = job_kind(sampler, capture)
 
         def tx(s: Session) -> tuple[JobView, bool]:
             self._lock_counter(s, "jobs")
@@ -120,7 +122,7 @@ class JobRepo(RepoBase):
             kid = self._kernel_id(s, kernel)
 
             def identical(same: Job) -> bool:
-                return (same.timeout_s == limit_s and (same.capture is None) == (capture is None)
+                return (same.timeout_s == limit_s and same.kind == kind
                         and [axes_key(dict(c)) for c in same.cases] == wanted)
 
             for same in s.execute(
@@ -149,6 +151,7 @@ class JobRepo(RepoBase):
                     )
             job = Job(
                 kernel_id=kid,
+                kind=kind,
                 cases=[dict(c) for c in cases],
                 n_trials=n_trials,
                 sampler=sampler,

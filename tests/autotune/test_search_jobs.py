@@ -343,3 +343,45 @@ def test_captures_route_keeps_a_checked_call_once(sqlite_store) -> None:
             (job,) = c.post("/v1/search", json={"kernel": NAME}).json()["jobs"]
             assert job["cases"] == [CASE]
     assert sqlite_store.kernel_captures(NAME) == [(CASE, cap)]
+
+
+def test_the_worker_running_a_search_job_never_probes_the_gpu_itself(sqlite_store, monkeypatch) -> None:
+    """The device is the trial child's report: a worker that probed CUDA would hold a context
+    (device memory) and poison whatever it forks. Its child's calls (here in process) may probe."""
+    settings = settings_for(sqlite_store.url, job_modules=["ks_undeclared_user"],
+                            search_trials=1, search_seconds=60)
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    first, _ = sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
+    sqlite_store.cancel_job(first.id)
+    (queued, _), = search_jobs.queue_searches(sqlite_store, settings)
+    probes: list[str] = []
+    in_child = [False]
+
+    def spy(name, real):
+        def probe(*args, **kwargs):
+            if not in_child[0]:
+                probes.append(name)
+            return real(*args, **kwargs)
+        return probe
+
+    for name in ("is_available", "device_count", "current_device", "init", "_lazy_init"):
+        monkeypatch.setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", spy("_cuda_getDeviceCount", lambda: 0),
+                        raising=False)
+
+    def child(fn, *args, stop=None, limit_s=None):
+        in_child[0] = True
+        try:
+            return fn(*args)
+        finally:
+            in_child[0] = False
+
+    monkeypatch.setattr(job_child, "run_in_child", child)
+    worker = Worker(settings, sqlite_store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    assert sqlite_store.get_job(queued.id).status == "succeeded"
+    assert probes == []

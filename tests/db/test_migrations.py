@@ -1,6 +1,8 @@
 """Migrations: from empty, reversible, next to Optuna's tables without a diff, and the schema check."""
 from __future__ import annotations
 
+import json
+
 from trusted_records import trusted
 
 import optuna
@@ -166,3 +168,35 @@ def test_sqlite_engine_settings(tmp_path) -> None:
 def test_make_engine_rejects_bad_urls(bad: str) -> None:
     with pytest.raises(ValueError, match="(?i)url"):
         make_engine(bad)
+
+
+def test_0016_gives_each_queued_job_the_kind_its_sampler_and_capture_said(db_url: str) -> None:
+    """Jobs queued before the kind column: a declared kernel's, a captured call's, a search's
+    and a Helion call's each get their kind, which the worker dispatches on."""
+    from kernelsearch.db.statuses import JobKind
+    from kernelsearch.db.store import Store
+
+    upgrade(db_url, "0015")
+    engine = make_engine(db_url)
+    jobs = {"declared": ("tpe", None), "capture": ("grid", {"version": 1, "args": []}),
+            "search": ("search", {"version": 1, "args": []}),
+            "helion": ("helion", {"kind": "helion", "version": 1})}
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO ks_kernels (name, name_key, created_at) VALUES "
+                              "('k', 'k', '2026-12-01 00:00:00')"))
+            kid = conn.execute(text("SELECT id FROM ks_kernels")).scalar_one()
+            for name, (sampler, capture) in jobs.items():
+                conn.execute(text(
+                    "INSERT INTO ks_jobs (kernel_id, cases, n_trials, sampler, status, trials_done, "
+                    "attempts, created_at, capture, current_case) VALUES (:kid, :cases, 1, :sampler, "
+                    "'queued', 0, 0, '2026-12-01 00:00:00', :capture, :case)"),
+                    {"kid": kid, "cases": json.dumps([{"n": len(name)}]), "sampler": sampler,
+                     "capture": None if capture is None else json.dumps(capture), "case": json.dumps(name)})
+    finally:
+        engine.dispose()
+    upgrade(db_url)
+    with Store(db_url) as store:
+        kinds = {j.current_case: j.kind for j in store.list_jobs()}
+    assert kinds == {name: JobKind(name) for name in jobs}
+    _alembic_check(db_url)

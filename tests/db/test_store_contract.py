@@ -20,7 +20,7 @@ from kernelsearch.db.errors import Conflict, ImportRejected, LeaseLost, SchemaBe
 from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.models import Record
 from kernelsearch.db.repos import DeviceRepo, JobRepo, RecordRepo, TransferRepo, TrialRepo
-from kernelsearch.db.statuses import JobStatus
+from kernelsearch.db.statuses import JobKind, JobStatus
 from kernelsearch.db.store import EXPORT_SCHEMA, EXPORT_VERSION, Store
 from kernelsearch.db.views import RECORD_COLUMNS, RECORD_KEY_FIELDS, VIEW_COLUMNS, RecordFields, RecordView
 
@@ -49,6 +49,18 @@ def test_queue_job_says_whether_it_is_an_existing_job(store: Store) -> None:
     assert existing is False
     again, existing = store.queue_job("k", [{"seq_len": 8}], 4, "tpe")
     assert again.id == first.id and existing is True
+
+
+def test_a_job_is_given_its_kind_at_submission_and_keeps_it(store: Store) -> None:
+    """The worker dispatches on the kind: what the job was submitted as, never guessed again."""
+    helion = {"kind": "helion", "version": 1}
+    queued = {kind: store.queue_job("k", [{"seq_len": 8}], 1, sampler, capture=capture)[0]
+              for kind, sampler, capture in [("declared", "tpe", None), ("capture", "tpe", {"c": 1}),
+                                             ("search", "search", {"c": 1}), ("helion", "helion", helion)]}
+    assert {k: j.kind for k, j in queued.items()} == {k: JobKind(k) for k in queued}
+    assert len({j.id for j in queued.values()}) == 4  # one kind's job is never another's
+    assert {j.id: j.kind for j in store.list_jobs()} == {j.id: j.kind for j in queued.values()}
+    assert store.get_job(queued["search"].id).as_dict()["kind"] == "search"
 
 
 def test_a_recently_failed_identical_job_answers_within_the_back_off(store: Store) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from typing import Any, Mapping
 
@@ -37,6 +38,12 @@ def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, FACTOR: tl.constexpr):
 
 def launch(x: torch.Tensor, *, config: Mapping[str, Any], out=None):
     mode = config["MODE"]
+    stop_once = os.environ.get("KS_FAKE_SIGSTOP_WORKER_ONCE")
+    if stop_once and not os.path.exists(stop_once):
+        # Hostile code stopping the worker that runs it (its parent), once per marker file.
+        with open(stop_once, "w") as fh:
+            fh.write(str(os.getppid()))
+        os.kill(os.getppid(), signal.SIGSTOP)
     if mode == "crash":
         os._exit(3)  # what a segfaulting candidate looks like from the parent
     if mode == "hang":

@@ -315,3 +315,29 @@ def test_a_key_whose_job_failed_is_not_queued_again_until_the_back_off_ends(
         sqlite_store.queue_job(job.job_kernel, [job.case()], 1, "helion", capture=job.as_json(),
                                failed_backoff_s=-1)
 
+
+
+def test_a_worker_running_a_helion_job_never_probes_the_gpu_itself(
+        server: LiveServer, sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Helion's search runs in the job child, spawned (a child forked from a process that probed
+    CUDA cannot use it): the worker asks no CUDA question of torch while it runs the job."""
+    cap = _queued_capture(server, sqlite_store, monkeypatch, tmp_path)
+    with Client(server.url, token=TOKEN) as c:
+        job_id = c.helion_queue(cap["key"], cap)["id"]
+    assert sqlite_store.get_job(job_id).kind == "helion"
+    probes: list[str] = []
+
+    def spy(name: str, real: Any) -> Any:
+        def probe(*args: Any, **kwargs: Any) -> Any:
+            probes.append(name)
+            return real(*args, **kwargs)
+        return probe
+
+    for name in ("is_available", "device_count", "current_device", "init", "_lazy_init"):
+        monkeypatch.setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", spy("_cuda_getDeviceCount", lambda: 0),
+                        raising=False)
+    assert worker(sqlite_store).run_one()
+    done = sqlite_store.get_job(job_id)
+    assert done is not None and done.status == JobStatus.SUCCEEDED, done.error
+    assert probes == []

@@ -141,7 +141,7 @@ def test_job_lifecycle(client: TestClient) -> None:
     assert job["cases"] == [{"seq_len": 2}, {"seq_len": 3}]
     assert job["n_trials"] == 4 and job["trials_done"] == 0 and job["error"] is None
     got = client.get(f"/v1/jobs/{job['id']}").json()
-    assert got["id"] == job["id"] and got["sampler"] == "random"
+    assert got["id"] == job["id"] and got["sampler"] == "random" and got["kind"] == "declared"
     assert [j["id"] for j in client.get("/v1/jobs").json()] == [job["id"]]
     assert client.get("/v1/jobs", params={"status": "running"}).json() == []
     r = client.post(f"/v1/jobs/{job['id']}/cancel")

@@ -258,3 +258,25 @@ def test_cancel_kills_the_running_trial_of_a_worker_process(sqlite_store: Store,
     # The killed trial is no failed config: it is queued again for a later job.
     assert not _evaluated(sqlite_store, axes)
     assert any(t.state == TrialState.WAITING for t in study.trials)
+
+
+def test_the_worker_runs_each_kind_of_job_with_its_own_handler(sqlite_store: Store, monkeypatch) -> None:
+    """The job's kind decides, not its sampler or what its capture holds: a declared kernel's
+    job whose sampler is "search" is still tuned as a declared kernel's."""
+    from kernelsearch.db.statuses import JobKind, JobStatus
+
+    ran: list[tuple[str, int]] = []
+    for handler in ("_run_declared_job", "_run_capture_job", "_run_search_job", "_run_helion_job"):
+        monkeypatch.setattr(Worker, handler, lambda self, job, held, lease, _h=handler:
+                            (ran.append((_h, job.id)), (JobStatus.SUCCEEDED, None))[1])
+    worker = Worker(settings_for(sqlite_store.url), sqlite_store, owner="w")
+    jobs = {kind: sqlite_store.queue_job(KB, [{"seq_len": 2}], 1, sampler, capture=capture)[0]
+            for kind, sampler, capture in [(JobKind.DECLARED, "search", None),
+                                           (JobKind.CAPTURE, "tpe", {"c": 1}),
+                                           (JobKind.SEARCH, "search", {"c": 1}),
+                                           (JobKind.HELION, "tpe", {"kind": "helion"})]}
+    for kind, job in jobs.items():
+        assert job.kind == kind
+        worker._run_job(job, None, None)  # type: ignore[arg-type]
+    assert ran == [("_run_declared_job", jobs[JobKind.DECLARED].id), ("_run_capture_job", jobs[JobKind.CAPTURE].id),
+                   ("_run_search_job", jobs[JobKind.SEARCH].id), ("_run_helion_job", jobs[JobKind.HELION].id)]

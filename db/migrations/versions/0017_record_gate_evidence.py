@@ -2,8 +2,8 @@
 lower bound of its re-measured gain over the list's best, and how many edge calls of the key the
 strict gate ran it on (null: no strict gate ran, as for every record stored before).
 
-Revision ID: 0016_gate_evidence
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-04 16:50:00
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0016_gate_evidence'
-down_revision: str | None = '0015'
+revision: str = '0017'
+down_revision: str | None = '0016'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

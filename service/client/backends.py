@@ -18,7 +18,7 @@ from kernelsearch.kernels.resolve import Found, Key, Near, Resolver, SourceUnava
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import ServiceStore
-    from kernelsearch.service.settings import ClientSettings
+    from kernelsearch.service.client_settings import ClientSettings
 
     from .rest_client import Client
 
@@ -55,7 +55,7 @@ class Backends:
             self._ensure_locked(settings)
 
     def _ensure_locked(self, settings: ClientSettings | None) -> None:
-        from kernelsearch.service.settings import client_settings
+        from kernelsearch.service.client_settings import client_settings
 
         from kernelsearch.service.sources import StoreSource
 
@@ -199,14 +199,14 @@ class Backends:
                 self.failed("service", exc)
         if self.store is not None:
             from kernelsearch.kernels import registry
-            from kernelsearch.service.definitions import define
+            from kernelsearch.kernels.definitions import define
+            from kernelsearch.service.client_settings import job_limits
             from kernelsearch.service.job_acceptance import JobRefused, accept_job
-            from kernelsearch.service.settings import Settings
 
             try:
                 if definition is not None:
                     define(self.store, definition)
-                accept_job(self.store, Settings(), registry.get_kernel(key.kernel), cases,
+                accept_job(self.store, job_limits(), registry.get_kernel(key.kernel), cases,
                            n_trials, "grid", capture=capture)
                 return
             except JobRefused as exc:
@@ -238,11 +238,11 @@ class Backends:
                 self.failed("service", exc)
         if self.store is not None:
             from kernelsearch.kernels import registry
+            from kernelsearch.service.client_settings import job_limits
             from kernelsearch.service.job_acceptance import JobRefused, accept_capture
-            from kernelsearch.service.settings import Settings
 
             try:
-                accept_capture(self.store, Settings(), registry.get_kernel(key.kernel), capture)
+                accept_capture(self.store, job_limits(), registry.get_kernel(key.kernel), capture)
             except JobRefused as exc:
                 log.info("the call of %s %s is not kept for a search: %s", key.kernel,
                          key.axes_dict, exc)
@@ -277,7 +277,7 @@ class Backends:
         if self.store is not None:
             try:
                 if definition is not None:
-                    from kernelsearch.service.definitions import define
+                    from kernelsearch.kernels.definitions import define
 
                     define(self.store, definition)
                 self.store.ensure_device(record.device_info or {"name": record.device})

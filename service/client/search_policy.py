@@ -41,7 +41,7 @@ def search_space_configs(configs: Sequence[Any], spec: Any, *, cap: int | None =
                          f"DerivedRule, got {spec!r}")
     beyond = beyond_list(configs, derived_configs(configs, rule, mode=SpaceMode.DERIVED))
     if cap is None:
-        from kernelsearch.service.settings import client_settings  # lazily: the server package
+        from kernelsearch.service.client_settings import client_settings  # lazily: the server package
 
         cap = client_settings().search_max_configs
     if len(beyond) > cap:
@@ -52,7 +52,7 @@ def search_space_configs(configs: Sequence[Any], spec: Any, *, cap: int | None =
 def serve_searched(*, declared: bool, setting: str | None = None) -> bool:
     """Whether a winner found beyond the list is served (KS_AUTOTUNE_SERVE_SEARCHED)."""
     if setting is None:
-        from kernelsearch.service.settings import client_settings
+        from kernelsearch.service.client_settings import client_settings
 
         setting = client_settings().autotune_serve_searched
     value = setting

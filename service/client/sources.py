@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from kernelsearch.kernels.resolve import Found, Key, Match, Near, SourceUnavailable, nearest_of
-from kernelsearch.service.settings import ClientSettings
+from kernelsearch.service.client_settings import ClientSettings
 
 from .rest_client import Client, ClientError
 

@@ -41,6 +41,7 @@ class Backends:
         self.writer: Client | None = None  # writes: off the caller's path, a longer bound
         self._made_for: tuple | None = None
         self._submitted: set[Key] = set()
+        self._warned: set[str] = set()  # warnings given once per settings (`warn_once`)
         self._pending = 0  # background work the process waits for at exit (`drain`)
         self._threads: list[threading.Thread] = []  # its threads, joined by `drain`
         self._idle = threading.Condition(self._lock)
@@ -87,9 +88,11 @@ class Backends:
             self.resolver.retry_s = st.autotune_retry_s
             self.resolver.reset()
             self._made_for = sig
+            self._warned.clear()
         for c in old:
             if c is not None:
                 c.close()
+        say_where_results_go(st, store is not None, client is not None)
 
     def prepare(self) -> None:
         """Import the client and settings and open the store ahead of the first lookup (a
@@ -110,6 +113,26 @@ class Backends:
             self.store = self.client = self.writer = None
             self.resolver.sources = ()
             self.resolver.reset()
+
+    def warn_once(self, what: str, message: str) -> None:
+        """One WARNING of kind `what` for these settings: a cause every write would repeat."""
+        with self._lock:
+            if what in self._warned:
+                return
+            self._warned.add(what)
+        log.warning("%s", message)
+
+    def refused(self, exc: Exception) -> bool:
+        """Whether `exc` is the service refusing this program's writer token (said once, with
+        the fix); the caller then falls back to the local store as for any refusal."""
+        from .rest_client import Unauthorized
+
+        if not isinstance(exc, Unauthorized):
+            return False
+        self.warn_once("token", f"the service refused this program's writer token ({exc}): "
+                                "configs tuned here and jobs are not shared; set KS_API_TOKEN to "
+                                "the service's KS_API_TOKEN")
+        return True
 
     # -- the one back-off ---------------------------------------------------------------------
     def remote(self) -> str | None:
@@ -191,6 +214,8 @@ class Backends:
                                        capture=capture)
                 return
             except ClientError as exc:
+                if self.refused(exc):
+                    return
                 if 0 < exc.status < 500:  # the service's own refusal: final
                     log.warning("tuning job for %s %s refused: %s", key.kernel, cases, exc)
                     return
@@ -272,8 +297,9 @@ class Backends:
                 self._stored(record, stored.get("id") if isinstance(stored, Mapping) else None)
                 return True
             except Exception as exc:
-                log.warning("the service did not take the config tuned here for %s: %s",
-                            record.kernel, exc)
+                if not self.refused(exc):
+                    log.warning("the service did not take the config tuned here for %s: %s",
+                                record.kernel, exc)
         if self.store is not None:
             try:
                 if definition is not None:
@@ -340,6 +366,27 @@ class Backends:
                 t.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             self._threads[:0] = [t for t in threads if t.is_alive()]
+
+
+def say_where_results_go(st: ClientSettings, have_store: bool, have_service: bool) -> None:
+    """One WARNING, when the settings change, for a result with nowhere to go: no service and no
+    local store, or a local store named that does not exist; each says the fix."""
+    import os
+
+    from .sources import sqlite_path
+
+    path = sqlite_path(st.database_url)
+    missing = path is not None and not os.path.exists(path)
+    if not have_store and not have_service:
+        where = (f"the local store {path} does not exist" if missing
+                 else "no local store answers")
+        log.warning("kernelsearch: configs tuned here have nowhere to go (%s and KS_SERVICE_URL "
+                    "is unset): set KS_SERVICE_URL to a service, or create the store with "
+                    "`KS_DATABASE_URL=%s kernelsearch db upgrade`", where, st.database_url)
+    elif missing and "KS_DATABASE_URL" in os.environ:
+        log.warning("kernelsearch: KS_DATABASE_URL names %s, which does not exist: only the "
+                    "service is used; create it with `kernelsearch db upgrade`, or unset "
+                    "KS_DATABASE_URL", path)
 
 
 BACKENDS = Backends()

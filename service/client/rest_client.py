@@ -102,9 +102,10 @@ class Client:
                  *, transport: httpx.BaseTransport | None = None) -> None:
         if not base_url:
             raise ValueError("base_url: give the service's address, e.g. http://127.0.0.1:8000")
-        self.base_url = base_url.rstrip("/")
+        # The routes carry their own /v1: an address ending in it would make every request miss.
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
                                   transport=transport)
 
     def close(self) -> None:

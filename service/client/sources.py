@@ -45,6 +45,13 @@ class ServiceSource:
         try:
             return fn(*args, **kw)
         except ClientError as exc:
+            if exc.status == 404 and exc.message.endswith("HTTP 404: Not Found"):
+                # The server has no such route: not a kernelsearch service's address, and every
+                # lookup would be a silent miss.
+                raise SourceUnavailable(
+                    f"{self.client.base_url} is not a kernelsearch service's address ({exc.message}):"
+                    f" set KS_SERVICE_URL to the address `kernelsearch serve` prints, e.g. "
+                    f"http://127.0.0.1:8000") from exc
             if 0 < exc.status < 500:
                 return None
             raise SourceUnavailable(f"service {self.client.base_url}: {exc.message}") from exc
@@ -102,12 +109,20 @@ class ServiceSource:
                            dist)
 
 
+def sqlite_path(url: str) -> str | None:
+    """The file of a SQLite URL (None: another database, or one in memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("///", 1)[-1] if "///" in url else ""
+    return None if not path or path.startswith(":memory:") else path
+
+
 def local_store(settings: ClientSettings) -> ServiceStore | None:
     """A Store on the configured database, or None when it would only create an empty file."""
     url = settings.database_url
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1] if "///" in url else ""
-        if not path or path.startswith(":memory:") or not Path(path).exists():
+        path = sqlite_path(url)
+        if path is None or not Path(path).exists():
             return None
     try:
         from kernelsearch.db.store import Store

@@ -47,7 +47,10 @@ CLIENT_MAY_USE = {
     "kernelsearch.service.helion_jobs": "a Helion miss's job document (its kind, version, settings)",
 }
 # `kernelsearch bench` runs kernels as a user's program does: through the client's provider.
-SERVER_USES_CLIENT = {("kernelsearch.service.cli_bench", "kernelsearch.provider")}
+# The CLI speaks to a service (--url http://..., KS_SERVICE_URL) through the client's REST client.
+SERVER_USES_CLIENT = {("kernelsearch.service.cli_bench", "kernelsearch.provider"),
+                      *((f"kernelsearch.service.{m}", "kernelsearch.rest_client")
+                        for m in ("cli_remote", "cli_db", "cli_search"))}
 
 
 def _module_name(folder: Path, package: str, path: Path) -> str:

@@ -56,7 +56,7 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _missing_file(url: str) -> str | None:
+def missing_file(url: str) -> str | None:
     """Why a SQLite URL names no existing file (opening it would create an empty database; only
     `db upgrade` creates one), or None."""
     try:
@@ -73,9 +73,9 @@ def _missing_file(url: str) -> str | None:
     return None
 
 
-def _refuse_missing_file(url: str) -> None:
+def _refusemissing_file(url: str) -> None:
     """A SQLite URL naming no existing file: exit 1 instead of creating an empty database."""
-    why = _missing_file(url)
+    why = missing_file(url)
     if why is not None:
         raise _fail(why)
 
@@ -91,7 +91,7 @@ def load_user_kernels(url: str | None) -> str | None:
     if base is not None:
         return _load_service_kernels(base)
     target = _url(url)
-    why = _missing_file(target)
+    why = missing_file(target)
     if why is not None:
         return why
     try:
@@ -126,7 +126,7 @@ def _store(url: str | None) -> Iterator[Store]:
 
     Covers the body of the `with` too: a StoreError raised there exits the same way.
     """
-    _refuse_missing_file(_url(url))
+    _refusemissing_file(_url(url))
     try:
         with Store(_url(url)) as store:
             check_schema(store.engine)
@@ -162,7 +162,7 @@ def db_current(
 ) -> None:
     """Show the database's migration revision and the code's head."""
     target = _url(url)
-    _refuse_missing_file(target)
+    _refusemissing_file(target)
     try:
         engine = make_engine(target)
         try:

@@ -16,7 +16,7 @@ def search(
                                       "address (default KS_DATABASE_URL, else KS_SERVICE_URL)"),
     as_json: bool = typer.Option(False, "--json", help="print the queued jobs as JSON"),
 ) -> None:
-    """Queue search jobs (budget per key: KS_SEARCH_TRIALS configs, KS_SEARCH_SECONDS: the
+    """Queue search jobs (budget per key: KS_SEARCH_TRIALS configs, KS_SEARCH_S: the
     service's own through its REST API, with --url http://... or KS_SERVICE_URL alone)."""
     from kernelsearch.db.errors import StoreError
     from kernelsearch.db.store import Store

@@ -2,7 +2,7 @@
 the store and the service are, the autotune policy, and the limits a job or a kept call must
 keep when the program queues into its local store (`JobLimits`, the service's own too). The
 server's settings (service/settings.py) extend these; a user's program never reads the
-server's, so a server-only value there (KS_LEASE_SECONDS) is no concern of the decorator's."""
+server's, so a server-only value there (KS_LEASE_S) is no concern of the decorator's."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -26,17 +26,56 @@ def default_database_url() -> str:
     return f"sqlite:///{(root / 'kernelsearch' / 'kernelsearch.db').as_posix()}"
 
 
+def seconds_alias(field: str) -> AliasChoices:
+    """A duration's variable: KS_<NAME>_S, and its older KS_<NAME>_SECONDS still read (with a
+    warning, `warn_deprecated_names`): one suffix for seconds across the settings."""
+    base = field.removesuffix("_seconds").upper()
+    return AliasChoices(f"KS_{base}_S", f"KS_{base}_SECONDS", field)
+
+
+def env_names(cls: type[BaseSettings], field: str) -> list[str]:
+    """The variables that set `field` of `cls`, the current one first."""
+    alias = cls.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [a for a in alias.choices if isinstance(a, str) and a.startswith("KS_")]
+    return [f"KS_{field.upper()}"]
+
+
+def env_name(cls: type[BaseSettings], field: str) -> str:
+    """The variable that sets `field` of `cls`."""
+    return env_names(cls, field)[0]
+
+
+def field_of(cls: type[BaseSettings], loc: str) -> str | None:
+    """The field a validation error's location names (a field's name, or one of its variables)."""
+    if loc in cls.model_fields:
+        return loc
+    return next((f for f in cls.model_fields if loc in env_names(cls, f)), None)
+
+
+def warn_deprecated_names(cls: type[BaseSettings]) -> None:
+    """One WARNING per older variable name set (KS_LEASE_SECONDS for KS_LEASE_S): it is still read."""
+    for field in cls.model_fields:
+        current, *older = env_names(cls, field)
+        for old in older:
+            if old in os.environ:
+                log.warning("%s is deprecated: it is read as %s, the name to use", old, current)
+
+
 class ClientSettings(BaseSettings):
     """What a user's program reads: the store, the service and its token, the decorator's policy."""
 
-    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore", populate_by_name=True)
 
     database_url: str = Field(default_factory=lambda: default_database_url(),
                               description="SQLAlchemy URL; postgresql+psycopg://... for PostgreSQL; "
                                           "default: a SQLite file in the user's data directory")
     api_token: SecretStr | None = Field(None, description="when set, writes need 'Authorization: Bearer <token>'")
     service_url: str | None = Field(None, description="when set, kernels ask this service for configs")
-    provider_timeout_s: float = Field(0.5, gt=0, description="kernels' lookups give the service this long")
+    provider_timeout_s: float = Field(
+        0.5, gt=0, description="get_kernel's provider waits this long for a lookup. Each of the "
+        "three lookup bounds (this, KS_AUTOTUNE_TIMEOUT_S, KS_HELION_TIMEOUT_S) is how long its "
+        "caller waits; the one service client they share cuts a request at the largest")
     autotune_fallback: Literal["tune", "first", "nearest"] = Field(
         "tune", description="@kernelsearch.autotune with no record: tune here as triton.autotune "
         "would and share the result (tune), or run the first config (first) or the nearest "
@@ -57,6 +96,12 @@ class ClientSettings(BaseSettings):
                                     "the list go to the workers (a seeded sample of the derived space)")
     helion_timeout_s: float = Field(2.0, gt=0, le=60, description="kernelsearch.helion: Helion's cache "
                                     "read, write or list waits this long at most (a miss costs minutes of tuning)")
+    kernel_modules: str = Field("", description="modules (comma-separated) that declare kernels, "
+                                "imported by every kernelsearch process (as --kernel-module)")
+    prefetch: bool = Field(False, description="kernelsearch.artifacts: fetch this device's "
+                           "compiled kernels in the background at the first lookup")
+    artifact_env: str | None = Field(None, description="kernelsearch.artifacts: the environment "
+                                     "fingerprint's fields (JSON) instead of this host's")
     helion_on_miss: Literal["tune", "default"] = Field(
         "tune", description="kernelsearch.helion, a key the service has no entry for: Helion tunes "
         "here (tune), or runs its default config at once while a worker tunes the call's capture "
@@ -107,13 +152,13 @@ def with_defaults(cls: type[S], exc: ValidationError) -> S:
     refusal is not one field's (the server's cross-field checks)."""
     bad: dict[str, str] = {}
     for err in exc.errors():
-        name = str(err["loc"][0]) if err.get("loc") else ""
-        if name not in cls.model_fields:
+        name = field_of(cls, str(err["loc"][0])) if err.get("loc") else None
+        if name is None:
             raise exc
         bad.setdefault(name, err["msg"])
     defaults = {n: cls.model_fields[n].get_default(call_default_factory=True) for n in bad}
     for name in bad:
-        var = f"KS_{name.upper()}"
+        var = next((v for v in env_names(cls, name) if v in os.environ), env_name(cls, name))
         shown = "(hidden)" if isinstance(defaults[name], SecretStr) or name == "api_token" \
             else repr(os.environ.get(var, ""))
         used = "unset" if defaults[name] is None else repr(defaults[name])
@@ -126,7 +171,7 @@ class JobLimits(BaseSettings):
     """What a job or a kept call may ask of the workers: checked by the service's routes, and by
     a user's program that queues into its local store (the same rules, whoever queues)."""
 
-    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore", populate_by_name=True)
 
     max_trials_per_job: int = Field(2000, gt=0, description="a job may ask for at most this many trials")
     max_cases_per_job: int = Field(64, gt=0, description="a job may tune at most this many cases")

@@ -29,7 +29,7 @@ class SearchCreate(BaseModel):
 @router.post("/v1/search", status_code=202, responses=WRITE_ERRORS,
              dependencies=[Depends(require_writer)])
 def queue_search(body: SearchCreate, settings: SettingsDep, store: StoreDep) -> Any:
-    """Queue a search job per captured key (budget KS_SEARCH_TRIALS, KS_SEARCH_SECONDS); 202
+    """Queue a search job per captured key (budget KS_SEARCH_TRIALS, KS_SEARCH_S); 202
     with the jobs, each `"existing": true` where an identical one was queued or running."""
     if body.kernel is not None:
         kernel_or_404(body.kernel, store)

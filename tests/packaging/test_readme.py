@@ -172,3 +172,15 @@ def test_your_own_kernel_across_hosts_runs_as_written(tmp_path):
 
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(60)
+
+
+def test_the_readme_settings_table_is_the_fields_one():
+    """README's table is generated from the settings' fields: regenerate it with
+    `python -m kernelsearch.service.settings_doc` when a field changes."""
+    from kernelsearch.service.settings import Settings
+    from kernelsearch.service.settings_doc import BEGIN, END, settings_table
+
+    start, end = README.index(BEGIN), README.index(END) + len(END)
+    assert README[start:end] == settings_table()
+    for name, field in Settings.model_fields.items():
+        assert field.description, f"{name} has no description"

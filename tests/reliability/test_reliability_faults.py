@@ -158,7 +158,7 @@ def test_inconsistent_settings_refused_at_start(pg_store, pg_url, tmp_path):
                            timeout=100, cwd=tmp_path)
         outs[cmd[0]] = (r.returncode, r.stderr.strip().splitlines()[-1:], round(time.monotonic() - t0, 1))
         assert r.returncode == 2, (cmd, r.stdout, r.stderr)
-        assert "KS_LEASE_SECONDS" in r.stderr and "KS_HEARTBEAT_SECONDS" in r.stderr, r.stderr
+        assert "KS_LEASE_S (5)" in r.stderr and "KS_HEARTBEAT_S (10)" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     print_figures("inconsistent settings", {"exit, message, seconds": outs})
     after = pg_store.get_job(job.id)

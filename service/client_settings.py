@@ -89,7 +89,7 @@ class ClientSettings(BaseSettings):
     autotune_prepare: bool = Field(True, description="a declaration prepares the lookups in the background")
     autotune_serve_searched: Literal["auto", "on", "off"] = Field(
         "auto", description="serve a record whose winner a worker found beyond the kernel's config "
-        "list (issue 35): on, off (the list's best by the record's timings), or auto: on for "
+        "list: on, off (the list's best by the record's timings), or auto: on for "
         "declared kernels, off for @kernelsearch.autotune's undeclared ones")
     search_max_configs: int = Field(256, gt=0, le=4096, description="@kernelsearch.autotune("
                                     "search_space='derived'): at most this many configs beyond "

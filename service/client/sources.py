@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from kernelsearch.kernels.resolve import Found, Key, Match, Near, SourceUnavailable, nearest_of
 from kernelsearch.service.client_settings import ClientSettings
 
-from .rest_client import Client, ClientError
+from .rest_client import Client, ClientError, ServiceUnreachable
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import ServiceStore
@@ -54,7 +54,9 @@ class ServiceSource:
                     f"http://127.0.0.1:8000") from exc
             if 0 < exc.status < 500:
                 return None
-            raise SourceUnavailable(f"service {self.client.base_url}: {exc.message}") from exc
+            fix = (": start it, or set KS_SERVICE_URL to its address"
+                   if isinstance(exc, ServiceUnreachable) else "")
+            raise SourceUnavailable(f"service {self.client.base_url}: {exc.message}{fix}") from exc
         except Exception as exc:  # anything else from the transport
             raise SourceUnavailable(f"service {self.client.base_url}: {exc}") from exc
 

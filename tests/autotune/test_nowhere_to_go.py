@@ -107,3 +107,15 @@ def test_a_refused_token_is_said_once_with_the_fix(at_store, monkeypatch, caplog
     (line,) = _warnings(caplog, "writer token")
     assert "set KS_API_TOKEN to the service's KS_API_TOKEN" in line
     assert at_store.list_jobs() == []
+
+
+def test_an_unreachable_service_says_the_fix(monkeypatch, caplog, tmp_path) -> None:
+    from svc_helpers import free_port
+
+    monkeypatch.setenv("KS_SERVICE_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("KS_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
+    with caplog.at_level(logging.WARNING):
+        accumulate(torch.randn(100))
+        backends.BACKENDS.drain(30)
+    (line,) = _warnings(caplog, "service unreachable")
+    assert "start it, or set KS_SERVICE_URL to its address" in line

@@ -77,3 +77,18 @@ def test_search_through_the_service_uses_its_budget_and_token(served) -> None:
     refused = runner.invoke(app, ["search", "--from-captures"],
                             env={"KS_SERVICE_URL": url, "KS_API_TOKEN": "wrong"})
     assert refused.exit_code == 1 and "set KS_API_TOKEN" in refused.output
+
+
+def test_tune_through_the_service_shares_its_records(served) -> None:
+    """`tune` runs here, in a scratch store, and uploads what it stored: the service then
+    holds the record, as `tune --url DATABASE` would have stored it."""
+    from kernelsearch.kernels.device import INTERPRETER_DEVICE
+
+    store, url = served
+    out = _run("tune", KA, "--case", "total_patches=2", "--trials", "1", "--sampler", "random",
+               "--seed", "1", "--measure-n", "1", env={"KS_SERVICE_URL": url, "COLUMNS": "300"})
+    assert f"shared 1 record(s) with the service at {url}" in out
+    (rec,) = store.list_records(KA, INTERPRETER_DEVICE)
+    assert rec.axes == {"total_patches": 2} and rec.origin == "upload"
+    undeclared = runner.invoke(app, ["tune", NAME], env={"KS_SERVICE_URL": url})
+    assert undeclared.exit_code == 2 and "give --url DATABASE" in undeclared.output

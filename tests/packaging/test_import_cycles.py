@@ -50,7 +50,7 @@ CLIENT_MAY_USE = {
 # The CLI speaks to a service (--url http://..., KS_SERVICE_URL) through the client's REST client.
 SERVER_USES_CLIENT = {("kernelsearch.service.cli_bench", "kernelsearch.provider"),
                       *((f"kernelsearch.service.{m}", "kernelsearch.rest_client")
-                        for m in ("cli_remote", "cli_db", "cli_search"))}
+                        for m in ("cli_remote", "cli_db", "cli_search", "cli_tune"))}
 
 
 def _module_name(folder: Path, package: str, path: Path) -> str:

@@ -98,8 +98,9 @@ class ClientSettings(BaseSettings):
                                     "read, write or list waits this long at most (a miss costs minutes of tuning)")
     kernel_modules: str = Field("", description="modules (comma-separated) that declare kernels, "
                                 "imported by every kernelsearch process (as --kernel-module)")
-    prefetch: bool = Field(False, description="kernelsearch.artifacts: fetch this device's "
-                           "compiled kernels in the background at the first lookup")
+    prefetch: Literal["", "0", "1"] = Field("", description="kernelsearch.artifacts, 1: fetch "
+                                            "this device's compiled kernels in the background "
+                                            "at the first lookup")
     artifact_env: str | None = Field(None, description="kernelsearch.artifacts: the environment "
                                      "fingerprint's fields (JSON) instead of this host's")
     helion_on_miss: Literal["tune", "default"] = Field(

@@ -19,7 +19,7 @@ def _default(cls: type[BaseSettings], name: str) -> str:
     if name == "database_url":
         return "SQLite in the user's data directory"
     value: Any = field.get_default(call_default_factory=True)
-    if value is None:
+    if value is None or value == "":
         return "unset"
     if value == []:
         return "empty"

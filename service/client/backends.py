@@ -380,9 +380,10 @@ def say_where_results_go(st: ClientSettings, have_store: bool, have_service: boo
     if not have_store and not have_service:
         where = (f"the local store {path} does not exist" if missing
                  else "no local store answers")
-        log.warning("kernelsearch: configs tuned here have nowhere to go (%s and KS_SERVICE_URL "
-                    "is unset): set KS_SERVICE_URL to a service, or create the store with "
-                    "`KS_DATABASE_URL=%s kernelsearch db upgrade`", where, st.database_url)
+        log.warning("kernelsearch: configs tuned here have nowhere to go, and lookups find none "
+                    "(%s and KS_SERVICE_URL is unset): set KS_SERVICE_URL to a service, or "
+                    "create the store with `KS_DATABASE_URL=%s kernelsearch db upgrade`", where,
+                    st.database_url)
     elif missing and "KS_DATABASE_URL" in os.environ:
         log.warning("kernelsearch: KS_DATABASE_URL names %s, which does not exist: only the "
                     "service is used; create it with `kernelsearch db upgrade`, or unset "

@@ -42,7 +42,14 @@ lint: install
 typecheck: install
 	$(BIN)/mypy kernels search_space db service
 
+# The PostgreSQL suites run when a local PostgreSQL answers (as .ci/run does); KS_TEST_POSTGRES_URL
+# set already wins. Without one they are skipped, and the summary says how to run them.
+PG_TEST_URL := postgresql+psycopg://postgres@127.0.0.1:5432/test
+
 test: lint typecheck
+	@if [ -z "$$KS_TEST_POSTGRES_URL" ] && command -v pg_isready >/dev/null \
+	    && pg_isready -q -h 127.0.0.1 -p 5432; then export KS_TEST_POSTGRES_URL='$(PG_TEST_URL)'; \
+	    echo "make test: PostgreSQL answers at 127.0.0.1:5432: its suites run too"; fi; \
 	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=20 $(PYTEST_ARGS)
 
 test-fast: install

@@ -39,8 +39,9 @@ MAX_NUMEL = 1 << 31
 # default) must hold it with the rest of the job.
 MAX_CAPTURE_BYTES = 48 * 1024
 KINDS = ("tensor", "scalar", "constexpr", "none")
-MODULES_FIX = ("install it on the worker host, or put it on the worker's path and name it in "
-               "KS_KERNEL_MODULES")
+MODULES_FIX = ("install it on the worker host, or put the directory holding it on PYTHONPATH "
+               "where the worker or `kernelsearch tune` runs (the `kernelsearch` command does not "
+               "search its current directory) and name the module in KS_KERNEL_MODULES or KS_JOB_MODULES")
 # What a capture may ask of a worker (`CaptureBounds`): its tensors' bytes, a quarter of the
 # device's memory by default (inputs, the copies the correctness check runs on and its float64
 # references live together); its grids' programs.

@@ -141,6 +141,21 @@ class Axis:
     def categorical(self) -> bool:
         return bool(self.choices)
 
+    def describe(self) -> dict[str, Any]:
+        """What the axis takes: its categories, or integers in its bounds and, for a key that
+        may be no integer (a float, a string), the key tokens too: its bounds alone would say
+        an integer is asked for."""
+        if self.categorical:
+            return {"name": self.name, "choices": list(self.choices), "doc": self.doc}
+        out: dict[str, Any] = {"name": self.name, "minimum": self.minimum,
+                               "maximum": self.maximum, "doc": self.doc}
+        if self.tokens:
+            out["tokens"] = [*KEY_TOKEN_PREFIXES, KEY_TOKEN_NONE]
+            out["accepts"] = (f"an integer in [{self.minimum}, {self.maximum}], or a key token "
+                              f"for a value that is no integer: float:0.5, str:TEXT, "
+                              f"torch:float16, tl:float16, none")
+        return out
+
     def category_of(self, v: Any) -> str | None:
         """The category a value of this axis keys (None: a size, which "nearest" may cross)."""
         if self.categorical or (self.tokens and isinstance(v, str)):
@@ -480,9 +495,7 @@ class KernelDef:
             "name": self.name,
             "description": self.description,
             "benchmark_problem": self.benchmark_problem,
-            "axes": [({"name": a.name, "choices": list(a.choices), "doc": a.doc} if a.categorical
-                      else {"name": a.name, "minimum": a.minimum, "maximum": a.maximum, "doc": a.doc})
-                     for a in self.axes],
+            "axes": [a.describe() for a in self.axes],
             "inputs": list(self.input_names),
             "outputs": list(self.output_names),
             "params": [{"name": p.name, "choices": list(p.choices), "default": p.default,

@@ -22,12 +22,17 @@ def _global_options(
     kernel_module: list[str] = typer.Option(
         [], "--kernel-module", metavar="MODULE",
         help="import a module that declares kernels (repeatable; as KS_KERNEL_MODULES)"),
+    service: str = typer.Option(
+        None, "--service", metavar="URL",
+        help="the service's address: `kernels`, `records list|export` and `search` speak to its "
+             "REST API (as KS_SERVICE_URL when KS_DATABASE_URL is unset)"),
 ) -> None:
     """Options every command takes: the user's kernel modules are loaded before it runs."""
+    if service:
+        os.environ["KS_SERVICE_URL"] = service
+        os.environ.pop("KS_DATABASE_URL", None)
     if not kernel_module:
         return
-    import os
-
     from kernelsearch.kernels.registry import MODULES_ENV, PluginLoadError, load_module
 
     # Also for the processes this one starts (trial children, an embedded worker).
@@ -44,8 +49,9 @@ def _global_options(
 def kernels_cmd(
     name: str = typer.Argument(None, help="a kernel: show its declaration"),
     as_json: bool = typer.Option(False, "--json", help="JSON for scripts"),
-    url: str = typer.Option(None, "--url", help="database whose undeclared kernels are listed "
-                                                "too (default: KS_DATABASE_URL)"),
+    url: str = typer.Option(None, "--url", help="database (or the service's http(s) address) "
+                                                "whose undeclared kernels are listed too "
+                                                "(default: KS_DATABASE_URL, else KS_SERVICE_URL)"),
 ) -> None:
     """List the kernels, or one kernel's declaration: case axes, tunable parameters, suite
     cases and default config (what `tune --case` and `bench` accept). The undeclared kernels

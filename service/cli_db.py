@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +19,13 @@ from sqlalchemy.exc import ArgumentError
 from kernelsearch.db.engine import check_schema, current_revision, head_revision, make_engine, upgrade
 from kernelsearch.db.errors import NotFound, SchemaBehind, StoreError
 from kernelsearch.db.store import Store
+from kernelsearch.rest_client import ClientError
 
 from .cli_format import format_latency
+from .cli_remote import client as remote_client
+from .cli_remote import fail as remote_fail
+from .cli_remote import service_url
+from .views import unknown_selection
 
 db_app = typer.Typer(help="Database schema: Alembic migrations of kernelsearch's own tables.", no_args_is_help=True)
 records_app = typer.Typer(help="Tuned records: list, export to and import from JSON files, withdraw.",
@@ -50,7 +56,7 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _missing_file(url: str) -> str | None:
+def missing_file(url: str) -> str | None:
     """Why a SQLite URL names no existing file (opening it would create an empty database; only
     `db upgrade` creates one), or None."""
     try:
@@ -67,9 +73,9 @@ def _missing_file(url: str) -> str | None:
     return None
 
 
-def _refuse_missing_file(url: str) -> None:
+def _refusemissing_file(url: str) -> None:
     """A SQLite URL naming no existing file: exit 1 instead of creating an empty database."""
-    why = _missing_file(url)
+    why = missing_file(url)
     if why is not None:
         raise _fail(why)
 
@@ -81,8 +87,11 @@ def load_user_kernels(url: str | None) -> str | None:
     None; never exits: a command that needs no database still runs."""
     from .definitions import load_definitions
 
+    base = service_url(url)
+    if base is not None:
+        return _load_service_kernels(base)
     target = _url(url)
-    why = _missing_file(target)
+    why = missing_file(target)
     if why is not None:
         return why
     try:
@@ -94,13 +103,30 @@ def load_user_kernels(url: str | None) -> str | None:
     return None
 
 
+def _load_service_kernels(base: str) -> str | None:
+    """`load_user_kernels` through the service: its kept definitions registered here."""
+    from .definitions import register_definition
+
+    try:
+        with remote_client(base) as c:
+            docs = c.definitions()
+    except ClientError as e:
+        return e.message
+    for name, doc in docs.items():
+        try:
+            register_definition(doc)
+        except ValueError as e:
+            return f"the service's definition of {name} not registered: {e}"
+    return None
+
+
 @contextmanager
 def _store(url: str | None) -> Iterator[Store]:
     """An upgraded store, or a clear error (schema behind, unreachable) and exit 1.
 
     Covers the body of the `with` too: a StoreError raised there exits the same way.
     """
-    _refuse_missing_file(_url(url))
+    _refusemissing_file(_url(url))
     try:
         with Store(_url(url)) as store:
             check_schema(store.engine)
@@ -136,7 +162,7 @@ def db_current(
 ) -> None:
     """Show the database's migration revision and the code's head."""
     target = _url(url)
-    _refuse_missing_file(target)
+    _refusemissing_file(target)
     try:
         engine = make_engine(target)
         try:
@@ -166,12 +192,21 @@ def records_export(
     history: HistoryOpt = False,
     url: UrlOpt = None,
 ) -> None:
-    """Write records as a versioned JSON document (schema kernelsearch.records)."""
-    with _store(url) as store:
-        doc = store.export_records(kernel=kernel, device=device, include_history=history)
-        unknown = _unknown_selection(store, kernel, device) if not doc["records"] else None
-    if unknown:
-        raise _fail(unknown)
+    """Write records as a versioned JSON document (schema kernelsearch.records); from the
+    service's REST API with --url http://... or KS_SERVICE_URL alone."""
+    base = service_url(url)
+    if base is not None:
+        try:
+            with remote_client(base) as c:
+                doc = c.export_records(kernel=kernel, device=device, history=history)
+        except ClientError as e:
+            raise remote_fail(e) from None
+    else:
+        with _store(url) as store:
+            doc = store.export_records(kernel=kernel, device=device, include_history=history)
+            unknown = unknown_selection(store, kernel, device) if not doc["records"] else None
+        if unknown:
+            raise _fail(unknown)
     text = json.dumps(doc, indent=2) + "\n"
     if file == "-":
         sys.stdout.write(text)
@@ -186,24 +221,6 @@ def records_export(
         typer.echo(f"note: no {'' if history else 'current '}records "
                    f"{f'of {chosen} ' if chosen else ''}in the database; the file lists none",
                    err=True)
-
-
-def _unknown_selection(store: Store, kernel: str | None, device: str | None) -> str | None:
-    """Why --kernel/--device select nothing that exists (a typo), or None for a valid selection
-    that merely has no records yet."""
-    if kernel is not None:
-        from kernelsearch.kernels import kernel_names
-
-        stored = {r.kernel for r in store.list_records(include_history=True)}
-        if kernel not in stored and kernel not in kernel_names():
-            known = sorted(stored | set(kernel_names()))
-            return f"--kernel: unknown kernel {kernel!r}; known: {', '.join(known) or 'none'}"
-    if device is not None:
-        devices = [d["name"] for d in store.list_devices()]
-        if device not in devices:
-            return (f"--device: no device {device!r} in the database; devices: "
-                    f"{', '.join(map(repr, devices)) or 'none'}")
-    return None
 
 
 def _read_doc(file: str) -> Any:
@@ -294,22 +311,48 @@ def records_list(
 ) -> None:
     """One line per record: kernel, device, axes, median latency, current/history, config,
     origin (worker, upload, import) and id (what `records delete` takes); --json for the raw
-    numbers, latencies in us."""
-    with _store(url) as store:
-        recs = store.list_records(kernel=kernel, device=device, include_history=history)
-        if kernel is not None and not recs:
-            _known_kernel_or_exit(store, kernel)
+    numbers, latencies in us. From the service's REST API with --url http://... or
+    KS_SERVICE_URL alone."""
+    base = service_url(url)
+    if base is not None:
+        try:
+            with remote_client(base) as c:
+                rows = [_as_listed(d) for d in c.records(kernel=kernel, device=device,
+                                                         history=history)]
+        except ClientError as e:
+            raise remote_fail(e) from None
+    else:
+        with _store(url) as store:
+            recs = store.list_records(kernel=kernel, device=device, include_history=history)
+            if kernel is not None and not recs:
+                _known_kernel_or_exit(store, kernel)
+        rows = [r.as_dict() for r in recs]
     if as_json:
-        typer.echo(json.dumps([r.as_dict() for r in recs], indent=2))
+        typer.echo(json.dumps(rows, indent=2))
         return
     typer.echo("kernel\tdevice\taxes\tmedian\tstate\ttuned_at\tconfig\torigin\tid")
-    for r in recs:
-        state = "current" if r.is_current else "history"
+    for r in rows:
+        state = "current" if r["is_current"] else "history"
+        tuned = datetime.fromisoformat(r["tuned_at"]).isoformat(timespec="seconds")
         typer.echo(
-            f"{r.kernel}\t{r.device}\t{_fmt_axes(r.axes)}\t{format_latency(r.latency_median_us)}\t{state}\t"
-            f"{r.tuned_at.isoformat(timespec='seconds')}\t{json.dumps(r.config, sort_keys=True)}\t"
-            f"{r.origin}\t{r.id}"
+            f"{r['kernel']}\t{r['device']}\t{_fmt_axes(r['axes'])}\t"
+            f"{format_latency(r['latency_median_us'])}\t{state}\t{tuned}\t"
+            f"{json.dumps(r['config'], sort_keys=True)}\t{r['origin']}\t{r['id']}"
         )
+
+
+def _as_listed(d: dict[str, Any]) -> dict[str, Any]:
+    """A record as the service answers it, in the form `records list` prints from a database:
+    the record's own fields in their order, without the API's short forms (case, latency_us)."""
+    from dataclasses import fields
+
+    from kernelsearch.db.views import RecordView
+
+    out = {f.name: d[f.name] for f in fields(RecordView) if f.name in d}
+    for f in fields(RecordView):  # the API writes UTC as Z, the store's as_dict as +00:00
+        if "datetime" in str(f.type) and isinstance(out.get(f.name), str):
+            out[f.name] = datetime.fromisoformat(out[f.name]).isoformat()
+    return out
 
 
 def _parse_case(text: str) -> dict[str, Any]:

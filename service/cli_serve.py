@@ -16,6 +16,12 @@ def _check_schema_or_exit(settings: Settings) -> None:
     from kernelsearch.db.engine import check_schema, make_engine
     from kernelsearch.db.errors import SchemaBehind, StoreUnavailable
 
+    from .cli_db import missing_file
+
+    missing = missing_file(settings.database_url)
+    if missing is not None:  # opening it would create an empty, unmigrated file
+        typer.echo(f"error: {missing}", err=True)
+        raise typer.Exit(2)
     engine = make_engine(settings.database_url)
     try:
         check_schema(engine)

@@ -94,6 +94,13 @@ def _stored_calls(kernel: str, case: list[str], url: str | None,
         raise typer.BadParameter(f"{exc.args[0]}{also}", param_hint="KERNEL") from None
     if not isinstance(kdef, UndeclaredKernel):
         return None
+    from .cli_remote import service_url
+
+    if service_url(url) is not None:
+        typer.echo(f"error: {kernel} is an undeclared kernel, tuned on its stored calls, which "
+                   f"only its database holds: give --url DATABASE, or queue a job (POST /v1/jobs)",
+                   err=True)
+        raise typer.Exit(2)
     try:
         with Store(url or get_settings().database_url) as store:
             stored = store.kernel_captures(kernel)
@@ -255,7 +262,11 @@ def tune(
     if json_out is not None and json_out.is_dir():
         raise typer.BadParameter(f"{json_out} is a directory", param_hint="--json")
     settings = get_settings()
-    db_url = url or settings.database_url
+    from .cli_remote import service_url
+
+    base = service_url(url)
+    # Through the service: tuned here in a scratch store, whose records are then uploaded.
+    db_url = _scratch_url() if base is not None else (url or settings.database_url)
     console = Console()
     upgrade(db_url)
     store = Store(db_url)
@@ -289,6 +300,8 @@ def tune(
                                                     run_tag=run_tag), hooks=TuneHooks(progress=report))
                 progress.update(task, completed=res.trials.n_counted)
                 results.append(res)
+        if base is not None:
+            _share(base, store, kernel, console)
     finally:
         runner.close()
         store.close()
@@ -306,6 +319,30 @@ def tune(
             typer.echo(f"error: {kernel} {_label(r.key.axes)}: no record: {r.failure_summary()}",
                        err=True)
         raise typer.Exit(EXIT_NO_RECORD)
+
+
+def _scratch_url() -> str:
+    """A new SQLite store of this run's own, for a tune whose records go to the service."""
+    import tempfile
+
+    return f"sqlite:///{tempfile.mkdtemp(prefix='kernelsearch-tune-')}/tune.db"
+
+
+def _share(base: str, store: Any, kernel: str, console: Any) -> None:
+    """Upload the records this run stored (POST /v1/records, KS_API_TOKEN): the service gates
+    them as any upload, and a worker's record of the same key is never replaced by one."""
+    from kernelsearch.rest_client import ClientError
+
+    from .cli_remote import client, fail
+
+    records = store.export_records(kernel=kernel)["records"]
+    try:
+        with client(base) as c:
+            for rec in records:
+                c.upload_record(rec)
+    except ClientError as exc:
+        raise fail(exc) from None
+    console.print(f"shared {len(records)} record(s) with the service at {base}")
 
 
 def register(app: typer.Typer) -> None:

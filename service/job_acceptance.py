@@ -12,12 +12,14 @@ from kernelsearch.db.checks import axes_key
 from kernelsearch.kernels.undeclared import UndeclaredKernel
 
 from .job_policy import module_refusal, submit_bounds
-from .settings import Settings
+from .client_settings import JobLimits
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import ServiceStore
     from kernelsearch.kernels.capture import Capture
     from kernelsearch.db.views import JobView
+
+    from .settings import Settings
 
 
 # How an undeclared kernel's call comes to be stored: the end of every "no stored call" message.
@@ -34,7 +36,7 @@ class JobRefused(ValueError):
         self.status = status
 
 
-def accept_job(store: ServiceStore, settings: Settings, k: Any,
+def accept_job(store: ServiceStore, settings: JobLimits, k: Any,
                cases: Sequence[Mapping[str, Any]] | Literal["all"], n_trials: int,
                sampler: str | None = None, timeout_s: float | None = None,
                capture: Mapping[str, Any] | None = None) -> tuple[JobView, bool]:
@@ -73,7 +75,7 @@ def accept_job(store: ServiceStore, settings: Settings, k: Any,
     return _queue(store, settings, k.name, valid, n_trials, sampler, timeout_s=timeout_s, capture=cap)
 
 
-def accept_capture(store: ServiceStore, settings: Settings, k: Any,
+def accept_capture(store: ServiceStore, settings: JobLimits, k: Any,
                    capture: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """Keep a call of undeclared kernel `k` that a user's process tuned itself (no job), once it
     passes what a job's capture passes (a module the workers trust, the definition, this
@@ -117,7 +119,7 @@ def search_share(store: ServiceStore, settings: Settings) -> int:
     return max(1, int(room * settings.search_queue_share))
 
 
-def untrusted_kernels(store: ServiceStore, settings: Settings,
+def untrusted_kernels(store: ServiceStore, settings: JobLimits,
                       names: Sequence[str]) -> dict[str, str]:
     """The undeclared kernels among `names` whose module the workers do not import
     (KS_JOB_MODULES): kernel name -> why, naming the module."""
@@ -126,7 +128,7 @@ def untrusted_kernels(store: ServiceStore, settings: Settings,
             and (why := module_refusal(str(defs[n].get("module", "")), settings)) is not None}
 
 
-def _queue(store: ServiceStore, settings: Settings, kernel: str, cases: list[dict[str, Any]],
+def _queue(store: ServiceStore, settings: JobLimits, kernel: str, cases: list[dict[str, Any]],
            n_trials: int, sampler: str, **kw: Any) -> tuple[JobView, bool]:
     try:
         return store.queue_job(kernel, cases, n_trials, sampler, max_queued=settings.max_queued_jobs,
@@ -159,7 +161,7 @@ def _stored_capture(k: UndeclaredKernel, cases: list[dict[str, Any]],
 
 
 def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]] | None,
-                   settings: Settings) -> tuple[Capture, dict[str, Any]]:
+                   settings: JobLimits) -> tuple[Capture, dict[str, Any]]:
     """A capture belongs to an undeclared kernel's job of the one case its call has (`cases`;
     None: a call kept without a job), of a module the workers trust, within the bounds of what
     a worker runs: the parsed capture and its case."""

@@ -19,16 +19,16 @@ from typing import Any, Mapping
 from kernelsearch.kernels.capture import H200_MEMORY_BYTES, CaptureBounds
 from kernelsearch.kernels.registry import ENTRY_POINT_GROUP, env_modules
 
-from .settings import Settings
+from .client_settings import JobLimits
 
 
-def trusted_prefixes(settings: Settings) -> tuple[str, ...]:
+def trusted_prefixes(settings: JobLimits) -> tuple[str, ...]:
     """The module prefixes whose code a job may make a worker import."""
     plugins = [ep.module for ep in entry_points(group=ENTRY_POINT_GROUP)]
     return tuple(dict.fromkeys([*plugins, *env_modules(), *settings.job_modules]))
 
 
-def module_refusal(module: str, settings: Settings) -> str | None:
+def module_refusal(module: str, settings: JobLimits) -> str | None:
     """Why a job naming `module` is refused (None: its module is trusted); the message names the
     settings that would allow it."""
     prefixes = trusted_prefixes(settings)
@@ -44,14 +44,14 @@ def module_refusal(module: str, settings: Settings) -> str | None:
             f"kernelsearch.kernels plugin")
 
 
-def submit_bounds(settings: Settings) -> CaptureBounds:
+def submit_bounds(settings: JobLimits) -> CaptureBounds:
     """The bounds the API checks a capture against: the settings', else the largest device
     class this version knows (any worker may claim the job; each checks its own again)."""
     return CaptureBounds.for_device(H200_MEMORY_BYTES, max_bytes=settings.capture_max_bytes,
                                     max_programs=settings.capture_max_programs)
 
 
-def worker_bounds(settings: Settings, device_info: Mapping[str, Any] | None) -> CaptureBounds:
+def worker_bounds(settings: JobLimits, device_info: Mapping[str, Any] | None) -> CaptureBounds:
     """The bounds on this worker's device (its trial child's report; None: the CPU)."""
     memory = (device_info or {}).get("memory_bytes")
     return CaptureBounds.for_device(int(memory) if memory else None,

@@ -45,12 +45,16 @@ class Unhealthy(BaseModel):
 
 
 class AxisOut(BaseModel):
-    """A size axis has a range; a categorical one (a dtype, say) its choices."""
+    """A size axis has a range; a categorical one (a dtype, say) its choices; an undeclared
+    kernel's key may also be a value that is no integer, given as a key token (`tokens`)."""
 
     name: str
     minimum: int | None = None
     maximum: int | None = None
     choices: list[str] | None = None
+    tokens: list[str] | None = Field(None, description="the key tokens' prefixes this axis "
+                                     "takes besides integers (scale=float:0.5)")
+    accepts: str | None = Field(None, description="what the axis takes, in words")
     doc: str = ""
 
 

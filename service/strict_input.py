@@ -17,7 +17,7 @@ from fastapi import Request
 from pydantic import BeforeValidator
 
 from kernelsearch.db.portable import MAX_DEPTH, Loc, dotted, first_unportable
-from kernelsearch.kernels.spec import is_key_token
+from kernelsearch.kernels.spec import KEY_TOKEN_PREFIXES, is_key_token
 
 from .errors import error_response, query_error
 
@@ -197,6 +197,19 @@ class AxisError(ValueError):
         self.name = name
 
 
+def _token_hint(axis: Any, v: str) -> str:
+    """How a key value that is no integer is written, for an axis that takes one (an undeclared
+    kernel's key): `scale=0.5` is asked for as `scale=float:0.5`."""
+    if not axis.tokens:
+        return ""
+    try:
+        example = f"float:{float(v)!r}"
+    except ValueError:
+        example = f"str:{v[:40]}"
+    return (f"; a key value that is no integer is written as a token: {axis.name}={example} "
+            f"(prefixes: {', '.join(KEY_TOKEN_PREFIXES)}, or none)")
+
+
 def parse_case_axes(kdef: Any, raw: Mapping[str, str]) -> dict[str, Any]:
     """Case axes from query text, each checked by the kernel's own Axis.parse and the whole by
     its `validate_axes`; an integer axis only takes ASCII decimal text (Axis.parse alone would
@@ -217,7 +230,8 @@ def parse_case_axes(kdef: Any, raw: Mapping[str, str]) -> dict[str, Any]:
                 raise AxisError(f"{kdef.name}: axis {a.name!r}={shown_digits(v)} outside "
                                 f"[{a.minimum}, {a.maximum}]", a.name)
             if problem:
-                raise AxisError(f"{kdef.name}: axis {a.name!r} {problem}", a.name)
+                raise AxisError(f"{kdef.name}: axis {a.name!r} {problem}{_token_hint(a, v)}",
+                                a.name)
             v = int(v)
         try:
             given[a.name] = a.parse(v, kdef.name)

@@ -82,3 +82,21 @@ def _default(o: Any) -> Any:
     if hasattr(o, "isoformat"):
         return o.isoformat()
     raise TypeError(f"not JSON-able: {type(o).__name__}")
+
+
+def unknown_selection(store: Any, kernel: str | None, device: str | None) -> str | None:
+    """Why --kernel/--device select nothing that exists (a typo), or None for a valid selection
+    that merely has no records yet."""
+    if kernel is not None:
+        from kernelsearch.kernels import kernel_names
+
+        stored = {r.kernel for r in store.list_records(include_history=True)}
+        if kernel not in stored and kernel not in kernel_names():
+            known = sorted(stored | set(kernel_names()))
+            return f"--kernel: unknown kernel {kernel!r}; known: {', '.join(known) or 'none'}"
+    if device is not None:
+        devices = [d["name"] for d in store.list_devices()]
+        if device not in devices:
+            return (f"--device: no device {device!r} in the database; devices: "
+                    f"{', '.join(map(repr, devices)) or 'none'}")
+    return None

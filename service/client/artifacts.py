@@ -287,7 +287,7 @@ def prefetch(kernels: Sequence[str] | None = None, device: str | None = None,
         global _prefetched
         import torch
 
-        from kernelsearch.service.settings import client_settings
+        from kernelsearch.service.client_settings import client_settings
 
         t0 = time.perf_counter()
 

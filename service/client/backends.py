@@ -18,7 +18,7 @@ from kernelsearch.kernels.resolve import Found, Key, Near, Resolver, SourceUnava
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import ServiceStore
-    from kernelsearch.service.settings import ClientSettings
+    from kernelsearch.service.client_settings import ClientSettings
 
     from .rest_client import Client
 
@@ -41,6 +41,7 @@ class Backends:
         self.writer: Client | None = None  # writes: off the caller's path, a longer bound
         self._made_for: tuple | None = None
         self._submitted: set[Key] = set()
+        self._warned: set[str] = set()  # warnings given once per settings (`warn_once`)
         self._pending = 0  # background work the process waits for at exit (`drain`)
         self._threads: list[threading.Thread] = []  # its threads, joined by `drain`
         self._idle = threading.Condition(self._lock)
@@ -55,7 +56,7 @@ class Backends:
             self._ensure_locked(settings)
 
     def _ensure_locked(self, settings: ClientSettings | None) -> None:
-        from kernelsearch.service.settings import client_settings
+        from kernelsearch.service.client_settings import client_settings
 
         from kernelsearch.service.sources import StoreSource
 
@@ -88,9 +89,11 @@ class Backends:
             self.resolver.retry_s = st.autotune_retry_s
             self.resolver.reset()
             self._made_for = sig
+            self._warned.clear()
         for c in old:
             if c is not None:
                 c.close()
+        say_where_results_go(st, store is not None, client is not None)
 
     def prepare(self) -> None:
         """Import the client and settings and open the store ahead of the first lookup (a
@@ -111,6 +114,26 @@ class Backends:
             self.store = self.client = self.writer = None
             self.resolver.sources = ()
             self.resolver.reset()
+
+    def warn_once(self, what: str, message: str) -> None:
+        """One WARNING of kind `what` for these settings: a cause every write would repeat."""
+        with self._lock:
+            if what in self._warned:
+                return
+            self._warned.add(what)
+        log.warning("%s", message)
+
+    def refused(self, exc: Exception) -> bool:
+        """Whether `exc` is the service refusing this program's writer token (said once, with
+        the fix); the caller then falls back to the local store as for any refusal."""
+        from .rest_client import Unauthorized
+
+        if not isinstance(exc, Unauthorized):
+            return False
+        self.warn_once("token", f"the service refused this program's writer token ({exc}): "
+                                "configs tuned here and jobs are not shared; set KS_API_TOKEN to "
+                                "the service's KS_API_TOKEN")
+        return True
 
     # -- the one back-off ---------------------------------------------------------------------
     def remote(self) -> str | None:
@@ -192,6 +215,8 @@ class Backends:
                                        capture=capture)
                 return
             except ClientError as exc:
+                if self.refused(exc):
+                    return
                 if 0 < exc.status < 500:  # the service's own refusal: final
                     log.warning("tuning job for %s %s refused: %s", key.kernel, cases, exc)
                     return
@@ -200,14 +225,14 @@ class Backends:
                 self.failed("service", exc)
         if self.store is not None:
             from kernelsearch.kernels import registry
-            from kernelsearch.service.definitions import define
+            from kernelsearch.kernels.definitions import define
+            from kernelsearch.service.client_settings import job_limits
             from kernelsearch.service.job_acceptance import JobRefused, accept_job
-            from kernelsearch.service.settings import Settings
 
             try:
                 if definition is not None:
                     define(self.store, definition)
-                accept_job(self.store, Settings(), registry.get_kernel(key.kernel), cases,
+                accept_job(self.store, job_limits(), registry.get_kernel(key.kernel), cases,
                            n_trials, "grid", capture=capture)
                 return
             except JobRefused as exc:
@@ -239,11 +264,11 @@ class Backends:
                 self.failed("service", exc)
         if self.store is not None:
             from kernelsearch.kernels import registry
+            from kernelsearch.service.client_settings import job_limits
             from kernelsearch.service.job_acceptance import JobRefused, accept_capture
-            from kernelsearch.service.settings import Settings
 
             try:
-                accept_capture(self.store, Settings(), registry.get_kernel(key.kernel), capture)
+                accept_capture(self.store, job_limits(), registry.get_kernel(key.kernel), capture)
             except JobRefused as exc:
                 log.info("the call of %s %s is not kept for a search: %s", key.kernel,
                          key.axes_dict, exc)
@@ -273,12 +298,13 @@ class Backends:
                 self._stored(record, stored.get("id") if isinstance(stored, Mapping) else None)
                 return True
             except Exception as exc:
-                log.warning("the service did not take the config tuned here for %s: %s",
-                            record.kernel, exc)
+                if not self.refused(exc):
+                    log.warning("the service did not take the config tuned here for %s: %s",
+                                record.kernel, exc)
         if self.store is not None:
             try:
                 if definition is not None:
-                    from kernelsearch.service.definitions import define
+                    from kernelsearch.kernels.definitions import define
 
                     define(self.store, definition)
                 self.store.ensure_device(record.device_info or {"name": record.device})
@@ -341,6 +367,28 @@ class Backends:
                 t.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             self._threads[:0] = [t for t in threads if t.is_alive()]
+
+
+def say_where_results_go(st: ClientSettings, have_store: bool, have_service: bool) -> None:
+    """One WARNING, when the settings change, for a result with nowhere to go: no service and no
+    local store, or a local store named that does not exist; each says the fix."""
+    import os
+
+    from .sources import sqlite_path
+
+    path = sqlite_path(st.database_url)
+    missing = path is not None and not os.path.exists(path)
+    if not have_store and not have_service:
+        where = (f"the local store {path} does not exist" if missing
+                 else "no local store answers")
+        log.warning("kernelsearch: configs tuned here have nowhere to go, and lookups find none "
+                    "(%s and KS_SERVICE_URL is unset): set KS_SERVICE_URL to a service, or "
+                    "create the store with `KS_DATABASE_URL=%s kernelsearch db upgrade`", where,
+                    st.database_url)
+    elif missing and "KS_DATABASE_URL" in os.environ:
+        log.warning("kernelsearch: KS_DATABASE_URL names %s, which does not exist: only the "
+                    "service is used; create it with `kernelsearch db upgrade`, or unset "
+                    "KS_DATABASE_URL", path)
 
 
 BACKENDS = Backends()

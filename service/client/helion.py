@@ -44,7 +44,7 @@ def _call(what: str, fn: Callable[[], T], default: T) -> T:
     """fn() through the backends' one bounded call, waited on for KS_HELION_TIMEOUT_S at most;
     `default` on a fault, a time-out or while the way to the entries (the service, else the
     local store) is being left alone. A put that outlives its bound is drained at exit."""
-    from kernelsearch.service.settings import client_settings
+    from kernelsearch.service.client_settings import client_settings
 
     try:
         BACKENDS.ensure()
@@ -129,7 +129,7 @@ def _miss_cache(key: str) -> Any:
     global _warned_local
     try:
         from kernelsearch.service.helion_jobs import tuning_here
-        from kernelsearch.service.settings import client_settings
+        from kernelsearch.service.client_settings import client_settings
 
         st = client_settings()
         if st.helion_on_miss != "default" or tuning_here():

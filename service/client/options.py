@@ -2,11 +2,7 @@
 from __future__ import annotations
 
 import enum
-import logging
-import os
-from dataclasses import dataclass, field
-
-log = logging.getLogger(__name__)
+from dataclasses import dataclass
 
 
 class Fallback(str, enum.Enum):
@@ -40,47 +36,27 @@ class Sync(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Options:
-    """The KS_AUTOTUNE_* settings (service/settings.py's ClientSettings, a user program's own),
-    read once per resolved key (cheap next to a kernel launch); a bad value is warned about and
-    replaced by its default, never raised."""
+    """The KS_AUTOTUNE_* settings as the decorator uses them, read once per resolved key (cheap
+    next to a kernel launch). Their defaults and checks are ClientSettings' alone; a bad value
+    is warned about there and replaced by its default, never raised."""
 
-    fallback: Fallback = Fallback.TUNE
-    timeout_s: float = 0.25
-    retry_s: float = 30.0
-    recheck_s: float = 10.0
-    sync: Sync = Sync.NONE
-    submit_jobs: bool = True
-    prepare: bool = True
-    # KS_AUTOTUNE_SEARCH_SPACE: what workers may search beyond the list of every kernel this
-    # program decorates or manages, where the code says nothing (search_policy.default_search_space).
-    search_space: str = field(
-        default_factory=lambda: os.environ.get("KS_AUTOTUNE_SEARCH_SPACE", "").strip() or "list")
+    fallback: Fallback
+    timeout_s: float
+    retry_s: float
+    recheck_s: float
+    sync: Sync
+    submit_jobs: bool
+    prepare: bool
 
     @classmethod
     def from_env(cls) -> "Options":
-        from pydantic import ValidationError
+        from kernelsearch.service.client_settings import client_settings
 
-        from kernelsearch.service.settings import ClientSettings as Settings
-        from kernelsearch.service.settings import client_settings
-
-        try:
-            st = client_settings()
-        except ValidationError as exc:
-            bad = {str(e["loc"][0]) for e in exc.errors() if e.get("loc")}
-            for name in sorted(bad):
-                log.warning("KS_%s=%r is not accepted (%s); using its default", name.upper(),
-                            os.environ.get(f"KS_{name.upper()}"),
-                            next(e["msg"] for e in exc.errors() if e["loc"][:1] == (name,)))
-            try:
-                st = Settings(**{n: Settings.model_fields[n].default for n in bad
-                                 if n in Settings.model_fields})
-            except ValidationError:
-                return cls()
+        st = client_settings()
         return cls(fallback=Fallback(st.autotune_fallback), timeout_s=st.autotune_timeout_s,
                    retry_s=st.autotune_retry_s, recheck_s=st.autotune_recheck_s,
                    sync=Sync(st.autotune_sync), submit_jobs=st.autotune_submit,
                    prepare=st.autotune_prepare)
-
 
 
 POLICY_WHY = {

@@ -7,7 +7,7 @@ import logging
 
 from kernelsearch.kernels.provider import set_resolver
 from kernelsearch.kernels.resolve import Resolver
-from kernelsearch.service.settings import ClientSettings
+from kernelsearch.service.client_settings import ClientSettings
 
 from . import artifacts
 from .backends import BACKENDS

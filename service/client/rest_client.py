@@ -102,9 +102,10 @@ class Client:
                  *, transport: httpx.BaseTransport | None = None) -> None:
         if not base_url:
             raise ValueError("base_url: give the service's address, e.g. http://127.0.0.1:8000")
-        self.base_url = base_url.rstrip("/")
+        # The routes carry their own /v1: an address ending in it would make every request miss.
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
                                   transport=transport)
 
     def close(self) -> None:
@@ -138,9 +139,30 @@ class Client:
         params = {"kernel": kernel, "device": device, **{k: str(v) for k, v in axes.items()}}
         return self._request("GET", "/v1/best", params=params)
 
-    def records(self, kernel: str | None = None, device: str | None = None) -> list[dict[str, Any]]:
-        params = {k: v for k, v in (("kernel", kernel), ("device", device)) if v is not None}
+    def records(self, kernel: str | None = None, device: str | None = None,
+                history: bool = False) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {k: v for k, v in (("kernel", kernel), ("device", device))
+                                  if v is not None}
+        if history:
+            params["history"] = "true"
         return self._request("GET", "/v1/records", params=params)
+
+    def export_records(self, kernel: str | None = None, device: str | None = None,
+                       history: bool = False) -> dict[str, Any]:
+        """The records document `kernelsearch records export` writes (schema kernelsearch.records)."""
+        params: dict[str, Any] = {k: v for k, v in (("kernel", kernel), ("device", device))
+                                  if v is not None}
+        if history:
+            params["history"] = "true"
+        return self._request("GET", "/v1/export", params=params)
+
+    def definitions(self) -> dict[str, Any]:
+        """The undeclared kernels' definitions the service keeps, by name."""
+        return self._request("GET", "/v1/definitions")
+
+    def search(self, kernel: str | None = None) -> list[dict[str, Any]]:
+        """Queue a search job per captured key (writer token); the service's budget decides."""
+        return self._request("POST", "/v1/search", json={"kernel": kernel})["jobs"]
 
     def upload_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Store a record tuned outside the workers (the fields of an exported record)."""

@@ -48,7 +48,7 @@ def search_space_configs(configs: Sequence[Any], spec: Any, *, cap: int | None =
                          f"DerivedRule, got {spec!r}")
     beyond = beyond_list(configs, derived_configs(configs, rule, mode=SpaceMode.DERIVED))
     if cap is None:
-        from kernelsearch.service.settings import client_settings  # lazily: the server package
+        from kernelsearch.service.client_settings import client_settings  # lazily: the server package
 
         cap = client_settings().search_max_configs
     if len(beyond) > cap:
@@ -59,30 +59,17 @@ def search_space_configs(configs: Sequence[Any], spec: Any, *, cap: int | None =
 def _setting(setting: str | None) -> str:
     if setting is not None:
         return setting
-    from kernelsearch.service.settings import client_settings
+    from kernelsearch.service.client_settings import client_settings
 
     return client_settings().autotune_serve_searched
 
 
-SPACES = ("list", DERIVED)
-
-
 def default_search_space() -> str | None:
     """The search space of a kernel whose code gives none (KS_AUTOTUNE_SEARCH_SPACE): "derived"
-    or None (the list only). An unknown value is warned about once and searches the list only."""
-    from .options import Options
+    or None (the list only); a bad value is warned about by the settings and searches the list."""
+    from kernelsearch.service.client_settings import client_settings
 
-    value = Options().search_space
-    if value not in SPACES:
-        if value not in _WARNED:
-            _WARNED.add(value)
-            log.warning("KS_AUTOTUNE_SEARCH_SPACE=%r is not one of %s; searching the list only",
-                        value, ", ".join(SPACES))
-        return None
-    return DERIVED if value == DERIVED else None
-
-
-_WARNED: set[str] = set()
+    return DERIVED if client_settings().autotune_search_space == DERIVED else None
 
 
 def serve_searched(*, declared: bool, record: Any = None, setting: str | None = None) -> bool:

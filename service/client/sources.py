@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from kernelsearch.kernels.resolve import Found, Key, Match, Near, SourceUnavailable, nearest_of
-from kernelsearch.service.settings import ClientSettings
+from kernelsearch.service.client_settings import ClientSettings
 
-from .rest_client import Client, ClientError
+from .rest_client import Client, ClientError, ServiceUnreachable
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import ServiceStore
@@ -45,9 +45,18 @@ class ServiceSource:
         try:
             return fn(*args, **kw)
         except ClientError as exc:
+            if exc.status == 404 and exc.message.endswith("HTTP 404: Not Found"):
+                # The server has no such route: not a kernelsearch service's address, and every
+                # lookup would be a silent miss.
+                raise SourceUnavailable(
+                    f"{self.client.base_url} is not a kernelsearch service's address ({exc.message}):"
+                    f" set KS_SERVICE_URL to the address `kernelsearch serve` prints, e.g. "
+                    f"http://127.0.0.1:8000") from exc
             if 0 < exc.status < 500:
                 return None
-            raise SourceUnavailable(f"service {self.client.base_url}: {exc.message}") from exc
+            fix = (": start it, or set KS_SERVICE_URL to its address"
+                   if isinstance(exc, ServiceUnreachable) else "")
+            raise SourceUnavailable(f"service {self.client.base_url}: {exc.message}{fix}") from exc
         except Exception as exc:  # anything else from the transport
             raise SourceUnavailable(f"service {self.client.base_url}: {exc}") from exc
 
@@ -102,12 +111,20 @@ class ServiceSource:
                            dist)
 
 
+def sqlite_path(url: str) -> str | None:
+    """The file of a SQLite URL (None: another database, or one in memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("///", 1)[-1] if "///" in url else ""
+    return None if not path or path.startswith(":memory:") else path
+
+
 def local_store(settings: ClientSettings) -> ServiceStore | None:
     """A Store on the configured database, or None when it would only create an empty file."""
     url = settings.database_url
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1] if "///" in url else ""
-        if not path or path.startswith(":memory:") or not Path(path).exists():
+        path = sqlite_path(url)
+        if path is None or not Path(path).exists():
             return None
     try:
         from kernelsearch.db.store import Store

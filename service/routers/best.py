@@ -9,6 +9,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -189,9 +190,11 @@ def lookup(store: LookupStore, q: BestQuery, max_ratio: float) -> tuple[int, byt
                f"{math.exp(far_got.distance):.3g}x more or fewer bytes, past KS_NEAREST_MAX_RATIO "
                f"({max_ratio:g})")
     if found is None:
-        devices = sorted({r.device for r in store.list_records(kernel=q.kernel)})
+        recs = store.list_records(kernel=q.kernel)
+        devices = sorted({r.device for r in recs})
         what = "for exactly these axes " if q.match == "exact" else ""
-        body = errors.error_body(f"no record of {q.kernel} {what}on device {q.device!r}{far}; "
+        body = errors.error_body(f"no record of {q.kernel} {what}on device {q.device!r}{far}"
+                                 f"{_missing_category(k, q, recs)}; "
                                  f"devices with records of {q.kernel}: "
                                  f"{', '.join(map(repr, devices)) or 'none'}")
         return 404, dumps(body), "none"
@@ -205,6 +208,23 @@ def lookup(store: LookupStore, q: BestQuery, max_ratio: float) -> tuple[int, byt
     if q.ignored:
         out["ignored_axes"] = list(q.ignored)
     return 200, dumps(out), match
+
+
+def _missing_category(k: Any, q: BestQuery, recs: list[Any]) -> str:
+    """Why a device with records of the kernel still has none to serve: the query's category (a
+    dtype, a key token) has none there, and "nearest" never crosses a category."""
+    def category(axes: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        return tuple((a.name, c) for a in k.axes
+                     if a.name in axes and (c := a.category_of(axes[a.name])) is not None)
+
+    wanted = category(q.axes)
+    here = {category(r.axes) for r in recs if r.device == q.device}
+    if not wanted or not here or wanted in here:
+        return ""
+    shown = ", ".join(f"{n}={c}" for n, c in wanted)
+    others = "; ".join(", ".join(f"{n}={c}" for n, c in cat) for cat in sorted(here))
+    return (f": the category {shown} has no record there (nearest never crosses a category); "
+            f"its categories with records: {others}")
 
 
 def _store_error(exc: BaseException) -> BaseException:

@@ -1,5 +1,6 @@
 """POST /v1/kernels: an undeclared kernel's definition, sent by `@kernelsearch.autotune` before
-it shares what it tuned, so the service can list, gate and serve the kernel."""
+it shares what it tuned, so the service can list, gate and serve the kernel; GET
+/v1/definitions: the definitions kept, so the CLI knows those kernels through the service."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,3 +28,9 @@ def register_kernel(body: schemas.DefinitionIn, store: StoreDep) -> Any:
     except ValueError as exc:
         raise HTTPException(422, f"definition: {exc}") from None
     return {**kdef.describe(), "extra_axes": []}
+
+
+@router.get("/v1/definitions")
+def definitions(store: StoreDep) -> Any:
+    """Every undeclared kernel's definition the store keeps, by name."""
+    return store.kernel_definitions()

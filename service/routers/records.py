@@ -30,15 +30,39 @@ ANONYMOUS = "anonymous"
 
 @router.get("/v1/records", response_model=list[schemas.RecordOut], responses=ERRORS)
 async def records(store: StoreDep, kernel: str | None = Query(None, max_length=MAX_NAME_CHARS),
-                  device: str | None = Query(None, max_length=200)) -> Any:
-    """The current tuned records, optionally of one kernel and/or one device."""
+                  device: str | None = Query(None, max_length=200),
+                  history: bool = Query(False, description="the superseded records too")) -> Any:
+    """The current tuned records (with `history`, the superseded ones too), optionally of one
+    kernel and/or one device."""
     if kernel is not None:
         await run_read(known_or_reloaded, store, kernel)
         kernel_or_404(kernel)
     if device is not None:
         check_text("device", device)
-    found = await run_read(lambda: store.list_records(kernel=kernel, device=device))
+    found = await run_read(lambda: store.list_records(kernel=kernel, device=device,
+                                                      include_history=history))
     return [record_json(r) for r in found]
+
+
+@router.get("/v1/export", responses=ERRORS)
+async def export_records(store: StoreDep,
+                         kernel: str | None = Query(None, max_length=MAX_NAME_CHARS),
+                         device: str | None = Query(None, max_length=200),
+                         history: bool = Query(False, description="the superseded records too")
+                         ) -> Any:
+    """The records as `kernelsearch records export` writes them (schema kernelsearch.records,
+    with the undeclared kernels' definitions): what the command answers through the service.
+    404 when --kernel or --device names nothing this store knows (a typo)."""
+    from ..views import unknown_selection
+
+    def read() -> tuple[dict[str, Any], str | None]:
+        doc = store.export_records(kernel=kernel, device=device, include_history=history)
+        return doc, (unknown_selection(store, kernel, device) if not doc["records"] else None)
+
+    doc, unknown = await run_read(read)
+    if unknown:
+        raise HTTPException(404, unknown)
+    return doc
 
 
 def refused(e: RecordRejected) -> HTTPException | RequestValidationError:

@@ -65,7 +65,7 @@ def accept_searches(store: Any, settings: Any, kernel: str | None = None) -> Sea
 @router.post("/v1/search", status_code=202, responses=WRITE_ERRORS,
              dependencies=[Depends(require_writer)])
 def queue_search(body: SearchCreate, settings: SettingsDep, store: StoreDep) -> Any:
-    """Queue a search job per captured key (budget KS_SEARCH_TRIALS, KS_SEARCH_SECONDS) of the
+    """Queue a search job per captured key (budget KS_SEARCH_TRIALS, KS_SEARCH_S) of the
     kernels whose module the workers trust, at most KS_SEARCH_QUEUE_SHARE of the queue's room;
     202 with the jobs, each `"existing": true` where an identical one was queued or running,
     `left_out` (keys not queued this time: ask again once the queue has room) and `refused`

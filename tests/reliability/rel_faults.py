@@ -21,8 +21,8 @@ HERE = Path(__file__).resolve().parent
 KERNEL = "vision_rope_generation_bwd"
 FINAL = ("succeeded", "failed", "cancelled")
 WORKER_ENV = {
-    "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none", "KS_WORKER_POLL_SECONDS": "0.3",
-    "KS_LEASE_SECONDS": "3", "KS_HEARTBEAT_SECONDS": "0.5", "KS_LOG_LEVEL": "INFO",
+    "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none", "KS_WORKER_POLL_S": "0.3",
+    "KS_LEASE_S": "3", "KS_HEARTBEAT_S": "0.5", "KS_LOG_LEVEL": "INFO",
     "KS_API_TOKEN": "",
 }
 

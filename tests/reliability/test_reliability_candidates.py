@@ -37,8 +37,8 @@ def test_hanging_and_crashing_candidates_do_not_take_the_worker_down(sqlite_url,
     store = Store(sqlite_url)
     log = tmp_path / "worker.log"
     env = {**os.environ, "KS_DATABASE_URL": sqlite_url, "KS_TRIAL_TIMEOUT_S": "4",
-           "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none", "KS_WORKER_POLL_SECONDS": "0.3",
-           "KS_HEARTBEAT_SECONDS": "0.5", "KS_FAKE_MODES": "crash,hang,ok"}
+           "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none", "KS_WORKER_POLL_S": "0.3",
+           "KS_HEARTBEAT_S": "0.5", "KS_FAKE_MODES": "crash,hang,ok"}
     env.pop("KS_SERVICE_URL", None)
     with log.open("wb") as fh:
         proc = subprocess.Popen([sys.executable, str(HERE / "fake_worker.py")], env=env,

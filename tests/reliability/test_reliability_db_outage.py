@@ -51,8 +51,8 @@ def test_api_and_worker_survive_a_database_outage(pg_url, tmp_path):
     stack = Stack(tmp_path, {
         "KS_DATABASE_URL": via_proxy.render_as_string(hide_password=False),
         "KS_API_TOKEN": token, "KS_API_HOST": "127.0.0.1", "KS_API_PORT": str(free_port()),
-        "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none", "KS_WORKER_POLL_SECONDS": "0.5",
-        "KS_RECORDS_CHECK_SECONDS": "0.2",
+        "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none", "KS_WORKER_POLL_S": "0.5",
+        "KS_RECORDS_CHECK_S": "0.2",
     })
     base = f"http://127.0.0.1:{stack.env['KS_API_PORT']}"
     best_q = {"kernel": KERNEL, "device": "NVIDIA H200", "seq_len": 128}

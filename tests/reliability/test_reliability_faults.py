@@ -70,7 +70,7 @@ def test_dropped_connections_cost_retries_not_jobs(pg_store, pg_url, procs):
             dropped[0] += 1
             dropped[1] += proxy.reset()
 
-    env = {"KS_DATABASE_URL": via, "KS_LEASE_SECONDS": "10", "KS_HEARTBEAT_SECONDS": "1"}
+    env = {"KS_DATABASE_URL": via, "KS_LEASE_S": "10", "KS_HEARTBEAT_S": "1"}
     try:
         jobs = [pg_store.create_job(KERNEL, [c], n_trials, "random").id for c in cases]
         for name in ("worker-a", "worker-b"):
@@ -80,7 +80,7 @@ def test_dropped_connections_cost_retries_not_jobs(pg_store, pg_url, procs):
         final = wait_final(pg_store, jobs, 200, procs)
     finally:
         stop.set()
-        procs.close()  # before the proxy: a worker cut off would retry for KS_DB_RETRY_SECONDS
+        procs.close()  # before the proxy: a worker cut off would retry for KS_DB_RETRY_S
         proxy.close()
     studies = _studies(pg_store, pg_url, cases, n_trials)
     retries = sum(p.tail(10_000_000).count("Retrying") for p in procs.procs)
@@ -146,11 +146,11 @@ def test_sigkill_between_tell_and_history_row_is_repaired(pg_store, pg_url, proc
 
 @pytest.mark.timeout(120)
 def test_inconsistent_settings_refused_at_start(pg_store, pg_url, tmp_path):
-    """KS_LEASE_SECONDS=5 with the default 10 s heartbeat (issue 16.5: two workers ping-ponged a
+    """KS_LEASE_S=5 with the default 10 s heartbeat (issue 16.5: two workers ping-ponged a
     job, 6 claims in 35 s, 0 trials): worker and serve refuse to start, saying why."""
     job = pg_store.create_job(KERNEL, [case(1)], 1, "random")
-    env = {**os.environ, "KS_DATABASE_URL": pg_url, "KS_LEASE_SECONDS": "5"}
-    env.pop("KS_HEARTBEAT_SECONDS", None)
+    env = {**os.environ, "KS_DATABASE_URL": pg_url, "KS_LEASE_S": "5"}
+    env.pop("KS_HEARTBEAT_S", None)
     outs = {}
     for cmd in (["worker"], ["serve", "--port", "1"]):
         t0 = time.monotonic()
@@ -158,7 +158,7 @@ def test_inconsistent_settings_refused_at_start(pg_store, pg_url, tmp_path):
                            timeout=100, cwd=tmp_path)
         outs[cmd[0]] = (r.returncode, r.stderr.strip().splitlines()[-1:], round(time.monotonic() - t0, 1))
         assert r.returncode == 2, (cmd, r.stdout, r.stderr)
-        assert "KS_LEASE_SECONDS" in r.stderr and "KS_HEARTBEAT_SECONDS" in r.stderr, r.stderr
+        assert "KS_LEASE_S (5)" in r.stderr and "KS_HEARTBEAT_S (10)" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     print_figures("inconsistent settings", {"exit, message, seconds": outs})
     after = pg_store.get_job(job.id)
@@ -262,7 +262,7 @@ def test_healed_partition_stale_worker_writes_nothing(pg_store, pg_url, procs):
         wait_for(lambda: "no longer" in a.tail(1_000_000), 30, "A to find its lease lost", procs)
         a_alive = a.alive()
     finally:
-        procs.close()  # before the proxy: a worker cut off would retry for KS_DB_RETRY_SECONDS
+        procs.close()  # before the proxy: a worker cut off would retry for KS_DB_RETRY_S
         proxy.close()
         storage.engine.dispose()
     study = study_figures(pg_store, pg_url, KERNEL, axes, n_trials)

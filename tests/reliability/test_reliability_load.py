@@ -74,7 +74,7 @@ def test_lookup_cache_follows_a_better_record_from_another_process(sqlite_url, t
     upgrade(sqlite_url)
     store = Store(sqlite_url)
     store.upsert_best(trusted(a_record(kernel, axes, device, 20.0, configs[0])))
-    server = lt.start_server(sqlite_url, tmp_path, extra_env={"KS_RECORDS_CHECK_SECONDS": "0.2"})
+    server = lt.start_server(sqlite_url, tmp_path, extra_env={"KS_RECORDS_CHECK_S": "0.2"})
     try:
         q = {"kernel": kernel, "device": device, **axes}
         with httpx.Client(base_url=server.base, timeout=10) as c:

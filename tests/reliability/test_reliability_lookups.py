@@ -32,7 +32,7 @@ def _serve(procs: Procs, *args: str, extra: dict[str, str] | None = None):
 
     port = free_port()
     proc = procs.start("serve", [kernelsearch_exe(), "serve", "--port", str(port), *args],
-                       {"KS_RECORDS_CHECK_SECONDS": "0.2", **(extra or {})})
+                       {"KS_RECORDS_CHECK_S": "0.2", **(extra or {})})
     base = f"http://127.0.0.1:{port}"
     wait_healthy(base, proc)
     return base, proc

@@ -45,7 +45,7 @@ def test_sigkilled_worker_job_resumed_exactly(sqlite_url, tmp_path):
 
     stack = Stack(tmp_path, {
         "KS_DATABASE_URL": db_url, "KS_MEASURE_N": "2", "KS_TUNE_REFERENCE": "none",
-        "KS_LEASE_SECONDS": "3", "KS_HEARTBEAT_SECONDS": "0.5", "KS_WORKER_POLL_SECONDS": "0.3",
+        "KS_LEASE_S": "3", "KS_HEARTBEAT_S": "0.5", "KS_WORKER_POLL_S": "0.3",
     })
     store = None
     try:

@@ -8,7 +8,7 @@ from kernelsearch.service.settings import LEASE_MARGIN, Settings, SettingsError,
 
 
 def test_a_lease_shorter_than_a_few_heartbeats_is_refused() -> None:
-    with pytest.raises(ValidationError, match="KS_LEASE_SECONDS"):
+    with pytest.raises(ValidationError, match="KS_LEASE_S"):
         Settings(lease_seconds=5, heartbeat_seconds=10)
     ok = Settings(lease_seconds=LEASE_MARGIN * 2.0, heartbeat_seconds=2.0)
     assert ok.lease_seconds == 6.0
@@ -22,7 +22,7 @@ def test_load_settings_says_which_variables(monkeypatch) -> None:
         with pytest.raises(SettingsError) as info:
             load_settings()
         msg = str(info.value)
-        assert "KS_LEASE_SECONDS (5)" in msg and "KS_HEARTBEAT_SECONDS (10)" in msg
+        assert "KS_LEASE_S (5)" in msg and "KS_HEARTBEAT_S (10)" in msg
         monkeypatch.setenv("KS_LOOKUP_TIMEOUT_S", "0")
         monkeypatch.setenv("KS_LEASE_SECONDS", "60")
         get_settings.cache_clear()
@@ -49,9 +49,11 @@ def test_the_default_database_is_absolute_and_the_same_from_any_directory(tmp_pa
         tmp_path / "home" / ".local" / "share" / "kernelsearch" / "kernelsearch.db")
 
 
-def test_client_settings_follow_the_environment_and_are_built_once_per_environment(monkeypatch) -> None:
-    from kernelsearch.service.settings import client_settings
+def test_client_settings_follow_the_environment_and_are_built_once_per_environment(monkeypatch,
+                                                                                 caplog) -> None:
+    from kernelsearch.service.client_settings import _client_settings_for, client_settings
 
+    _client_settings_for.cache_clear()
     monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "1.5")
     first = client_settings()
     assert first.autotune_timeout_s == 1.5
@@ -59,6 +61,25 @@ def test_client_settings_follow_the_environment_and_are_built_once_per_environme
     monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "2.5")
     assert client_settings().autotune_timeout_s == 2.5
     monkeypatch.setenv("KS_AUTOTUNE_TIMEOUT_S", "-1")
-    for _ in range(2):  # an invalid environment raises every time, nothing kept
-        with pytest.raises(ValidationError, match="autotune_timeout_s"):
-            client_settings()
+    for _ in range(2):  # a bad value: its default, warned about once per environment
+        assert client_settings().autotune_timeout_s == 0.25
+    assert caplog.text.count("KS_AUTOTUNE_TIMEOUT_S='-1' is not accepted") == 1
+
+
+def test_a_duration_ends_in_s_and_its_older_seconds_name_still_works(monkeypatch, caplog) -> None:
+    """One suffix for seconds: KS_LEASE_S; a documented KS_LEASE_SECONDS is still read, with a
+    warning naming the variable to use, and errors name the current variable."""
+    monkeypatch.delenv("KS_LEASE_S", raising=False)
+    monkeypatch.setenv("KS_LEASE_SECONDS", "90")
+    get_settings.cache_clear()
+    try:
+        assert get_settings().lease_seconds == 90.0
+        assert "KS_LEASE_SECONDS is deprecated: it is read as KS_LEASE_S" in caplog.text
+        monkeypatch.setenv("KS_LEASE_S", "abc")
+        get_settings.cache_clear()
+        with pytest.raises(SettingsError, match="KS_LEASE_S: Input should be a valid number"):
+            load_settings()
+    finally:
+        get_settings.cache_clear()
+    assert Settings(lease_seconds=30, heartbeat_seconds=1).lease_seconds == 30.0
+    assert "KS_SHIPPED_RECORDS" not in {f"KS_{n.upper()}" for n in Settings.model_fields}

@@ -583,6 +583,10 @@ def _autotuner_in(obj: Any) -> Any:
     return obj
 
 
+# The module of `@kernelsearch.autotune`'s Autotuner (the client, installed with kernelsearch).
+DECORATOR_MODULE = "kernelsearch.tuner"
+
+
 def as_kernelsearch(obj: Any, defn: Definition) -> Any:
     """The kernel a module ships as a plain `triton.autotune` Autotuner (or a bare jit or
     heuristics function), made a `@kernelsearch.autotune` one as the user's process made it
@@ -590,8 +594,9 @@ def as_kernelsearch(obj: Any, defn: Definition) -> Any:
     key, the shipped autotuner's pruner and hooks."""
     from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-    from kernelsearch.service.client.tuner import Autotuner
-
+    # The decorator the user's process swapped in: reproducing the route (Definition.reached_by)
+    # imports it by name, as the kernel's own module is imported, never as a layer below it.
+    Autotuner = getattr(importlib.import_module(DECORATOR_MODULE), "Autotuner")
     configs = [to_triton_config(c) for c in defn.configs]
     beyond = [to_triton_config(c, configs) for c in defn.search_space]
     if not isinstance(obj, TritonAutotuner):

@@ -9,6 +9,7 @@ records_version()).
 from __future__ import annotations
 
 import asyncio
+from importlib import metadata
 import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,6 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-import kernelsearch
 from kernelsearch.db import errors as dberr
 from kernelsearch.db.engine import check_schema
 from kernelsearch.db.interfaces import ServiceStore
@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None, *, store: ServiceStore | None =
     # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN.
     app = FastAPIOffline(
         title="kernelsearch",
-        version=kernelsearch.__version__,
+        version=metadata.version("kernelsearch"),
         summary="Best Triton kernel configs per workload case and device, and a tuning job queue.",
         lifespan=_lifespan(own_store, start_worker, worker_process, schema_checked),
         dependencies=[Depends(query_text)],

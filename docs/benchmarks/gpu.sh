@@ -247,7 +247,7 @@ for n in kernels.kernel_names(): print(n, kernels.get_kernel(n).source_hash)" | 
       # stderr, the service's and the worker's logs, the records).
       D=$OUT/loop; W=/tmp/ks39; rm -rf $W $D; mkdir -p $D $W
       export KS_DATABASE_URL=sqlite:///$W/kernelsearch.db KS_JOB_MODULES=${KS_JOB_MODULES:-flag_gems,gemlite}
-      export KS_SEARCH_TRIALS=${KS_SEARCH_TRIALS:-24} KS_SEARCH_SECONDS=${KS_SEARCH_SECONDS:-120}
+      export KS_SEARCH_TRIALS=${KS_SEARCH_TRIALS:-16} KS_SEARCH_S=${KS_SEARCH_S:-60}
       $KS db upgrade >/dev/null
       $KS serve --no-worker --port 8739 > $W/api.log 2>&1 &
       API=$!

@@ -79,12 +79,8 @@ class Autotuner(TritonAutotuner):
         self.reached_by = Route.DECORATOR
         # Configs a worker may search beyond the list (an undeclared kernel's captured calls):
         # given, or the derived space ("derived", a DerivedRule: search_policy).
-        self.search_space = search_space_configs(
+        self.search_space = self._search_space(
             configs, search_space if search_space is not None else default_search_space())
-        for i, c in enumerate(self.search_space):
-            if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
-                raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "
-                                 f"configs' meta-parameters {sorted(configs[0].kwargs)}")
         self.kernel_def: DecoratedKernel | None = None
         self.sources: dict[tuple, Source] = {}
         self._resolved: dict[tuple, Resolution] = {}
@@ -299,6 +295,24 @@ class Autotuner(TritonAutotuner):
             return None
         axes = case.axes_dict
         return lambda other: kdef.distance(axes, dict(other))
+
+    @staticmethod
+    def _search_space(configs: list[Config], spec: Any) -> list[Config]:
+        """The configs workers may search beyond the list. A list the user gave that does not fit
+        is the user's error (ValueError naming it); a derived space that does not fit this
+        kernel's configs (meta-parameters named `num_warps`, say) is kernelsearch's: warned
+        about once, and the workers search the list only."""
+        space = search_space_configs(configs, spec)
+        for i, c in enumerate(space):
+            if not isinstance(c, Config) or set(c.kwargs) != set(configs[0].kwargs):
+                if not isinstance(spec, (str, DerivedRule)):
+                    raise ValueError(f"search_space[{i}]: expected a triton.Config setting the "
+                                     f"configs' meta-parameters {sorted(configs[0].kwargs)}")
+                log.warning("kernelsearch: the derived space of a kernel whose configs set %s "
+                            "does not fit them; workers search its list only",
+                            sorted(configs[0].kwargs))
+                return []
+        return space
 
     def _capture(self, kwargs: dict, ran: Sequence[Config]) -> dict[str, Any] | None:
         """This call as data for a worker (kernels.capture), with `ran`, the configs this

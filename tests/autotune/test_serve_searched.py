@@ -92,6 +92,21 @@ def test_the_search_space_setting_gives_every_decorated_kernel_the_derived_space
     assert [canonical(c) for c in given.search_space] == [canonical(BEYOND)]
 
 
+def test_a_derived_space_that_does_not_fit_never_breaks_the_import(monkeypatch, caplog) -> None:
+    """FlagGems decorates a kernel whose configs name `num_stages` and `num_warps` as
+    meta-parameters: with KS_AUTOTUNE_SEARCH_SPACE=derived (or search_space="derived") its
+    module still imports, and workers search its list only; a list the user gives that does not
+    fit stays the user's error."""
+    odd = [triton.Config({"num_stages": 4, "num_warps": 8}), triton.Config({"num_stages": 2, "num_warps": 4})]
+    monkeypatch.setenv("KS_AUTOTUNE_SEARCH_SPACE", "derived")
+    assert kernelsearch.autotune(configs=odd, key=["n"])(u.scale_kernel.fn).search_space == []
+    assert kernelsearch.autotune(configs=odd, key=["n"], search_space="derived")(
+        u.scale_kernel.fn).search_space == []
+    assert "does not fit them" in caplog.text
+    with pytest.raises(ValueError, match="search_space"):
+        kernelsearch.autotune(configs=u.CONFIGS, key=["n"], search_space=odd)(u.scale_kernel.fn)
+
+
 def test_a_search_record_keeps_the_gates_evidence() -> None:
     """The worker's record of a searched winner carries what `auto` serves it on: the gain's
     lower bound and the edges the strict gate ran it on; a list winner carries neither."""

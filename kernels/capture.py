@@ -38,7 +38,7 @@ MAX_NUMEL = 1 << 31
 # What a decorator sends at most: the service's request limit (KS_MAX_BODY_BYTES, 64 KiB by
 # default) must hold it with the rest of the job.
 MAX_CAPTURE_BYTES = 48 * 1024
-KINDS = ("tensor", "scalar", "constexpr", "none")
+KINDS = ("tensor", "scalar", "constexpr", "dtype", "none")
 MODULES_FIX = ("install it on the worker host, or put the directory holding it on PYTHONPATH "
                "where the worker or `kernelsearch tune` runs (the `kernelsearch` command does not "
                "search its current directory) and name the module in KS_KERNEL_MODULES or KS_JOB_MODULES")
@@ -256,7 +256,9 @@ class Capture:
     def case_axes(self, defn: Definition) -> dict[str, Any] | None:
         """The record axes of the captured call (what `Definition.case_axes` gives the call)."""
         named = {a.name: (torch.empty(0, dtype=getattr(torch, a.dtype)) if a.kind == "tensor"
-                          else None if a.kind == "none" else a.value) for a in self.args}
+                          else None if a.kind == "none"
+                          else dtype_value(a.value, a.name) if a.kind == "dtype" else a.value)
+                 for a in self.args}
         return defn.case_axes(named)
 
 
@@ -297,6 +299,12 @@ def _arg_from_json(a: Any, where: str) -> ArgCapture:
         raise CaptureError(f"{where}.kind: expected one of {', '.join(KINDS)}, got {kind!r}")
     if kind == "none":
         return ArgCapture(name, kind)
+    if kind == "dtype":
+        v = a.get("value")
+        if not isinstance(v, str) or len(v) > 100:
+            raise CaptureError(f"{where}.value: expected a dtype as text (torch:float16, tl:fp16)")
+        dtype_value(v, f"{where}.value")
+        return ArgCapture(name, kind, value=v)
     if kind in ("scalar", "constexpr"):
         v = a.get("value")
         if isinstance(v, float) and not math.isfinite(v):
@@ -442,9 +450,39 @@ def capture_args(named: Mapping[str, Any], constexprs: Sequence[str] = ()) -> tu
             if isinstance(v, float) and not math.isfinite(v):
                 raise CaptureError(f"{name}: a non-finite float does not travel as JSON")
             args.append(ArgCapture(name, "constexpr" if name in constexprs else "scalar", value=v))
+        elif (text := dtype_text(v)) is not None:
+            dtype_value(text, name)  # only a dtype that comes back as itself travels
+            args.append(ArgCapture(name, "dtype", value=text))
         else:
             raise CaptureError(f"{name}: a {type(v).__name__} argument cannot be captured")
     return tuple(args)
+
+
+def dtype_text(v: Any) -> str | None:
+    """A torch or Triton dtype argument as text (`torch:float16`, `tl:fp16`: the form of a key's
+    dtype value); None for anything else."""
+    if isinstance(v, torch.dtype):
+        return "torch:" + str(v).removeprefix("torch.")
+    import triton.language as tl
+
+    return "tl:" + v.name if isinstance(v, tl.dtype) else None
+
+
+def dtype_value(text: str, where: str) -> Any:
+    """The dtype `dtype_text` wrote; CaptureError naming `where` for other text."""
+    kind, _, name = text.partition(":")
+    if kind == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+        return getattr(torch, name)
+    if kind == "tl":
+        import triton.language as tl
+
+        try:
+            got = tl.dtype(name)
+        except Exception:  # noqa: BLE001 - Triton asserts on an unknown name
+            got = None
+        if got is not None and got.name == name:
+            return got
+    raise CaptureError(f"{where}: a dtype that does not travel ({text!r}; torch:NAME or tl:NAME)")
 
 
 def args_from_json(raw: Any, where: str = "capture.args") -> tuple[ArgCapture, ...]:
@@ -500,6 +538,8 @@ def rebuild(capture: Capture, device: torch.device | str, seed: int = 0) -> dict
             out[a.name] = None
         elif a.kind == "tensor":
             out[a.name] = _tensor(a, gen, torch.device(device))
+        elif a.kind == "dtype":
+            out[a.name] = dtype_value(a.value, a.name)
         else:
             out[a.name] = a.value
     return out
@@ -671,8 +711,8 @@ class CapturedKernel(UndeclaredKernel):
     def call_args(self, inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
         """The captured call's named arguments, with `inputs` for its tensors."""
         tensors = dict(zip(self.capture.tensor_names, inputs))
-        return {a.name: tensors[a.name] if a.kind == "tensor" else (None if a.kind == "none"
-                                                                     else a.value)
+        return {a.name: tensors[a.name] if a.kind == "tensor" else None if a.kind == "none"
+                else dtype_value(a.value, a.name) if a.kind == "dtype" else a.value
                 for a in self.capture.args}
 
     def _run(self, inputs: Sequence[torch.Tensor], config: Mapping[str, Any]) -> None:

@@ -285,3 +285,20 @@ def test_a_grid_that_reads_a_heuristic_value_is_captured() -> None:
     with pytest.raises(KeyError):
         capture_call({"x_ptr": torch.zeros(4), "M": 1000}, [], [{"BLOCK": 8}],
                      lambda meta: (triton.cdiv(meta["M"], meta["TILE_M"]),))
+
+
+def test_a_dtype_argument_travels_as_its_key_text() -> None:
+    """gemlite passes its input dtype as an argument: a torch or Triton dtype is captured as the
+    key's text and rebuilt as itself; a dtype that would not come back is refused by name."""
+    import triton.language as tl
+
+    cap = capture_call({"x": torch.zeros(4), "DT": torch.float16, "TL": tl.float16}, ["TL"],
+                       [{"B": 1}], (1,))
+    assert [(a.name, a.kind, a.value) for a in cap.args[1:]] == [
+        ("DT", "dtype", "torch:float16"), ("TL", "dtype", "tl:fp16")]
+    back = rebuild(Capture.from_json(json.loads(json.dumps(cap.as_json()))), "cpu")
+    assert back["DT"] is torch.float16 and back["TL"] == tl.float16
+    doc = cap.as_json()
+    doc["args"][1]["value"] = "torch:nonsense"
+    with pytest.raises(CaptureError, match=r"^capture.args\[1\].value: a dtype"):
+        Capture.from_json(doc)

@@ -61,9 +61,10 @@ def main() -> int:
     from kernelsearch.kernels import compiled
 
     svc = a.service.rstrip("/")
+    fp = compiled.fingerprint()
     sets: dict[str, dict] = {}
     for rec in _get(f"{svc}/v1/records"):
-        got = _get(f"{svc}/v1/artifacts?record_id={rec['id']}")
+        got = _get(f"{svc}/v1/artifacts?record_id={rec['id']}&env_fingerprint={fp}")
         if got and rec["kernel"] not in sets:
             sets[rec["kernel"]] = got[0]
     if len(sets) < 2:

@@ -33,7 +33,8 @@ def served(sqlite_store, monkeypatch) -> Iterator[tuple[object, str]]:
     sqlite_store.save_definition(NAME, _definition())
     register_definition(_definition(), sqlite_store)
     sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
-    settings = settings_for(sqlite_store.url, api_token=SecretStr("tok"), search_trials=6)
+    settings = settings_for(sqlite_store.url, api_token=SecretStr("tok"), search_trials=6,
+                            job_modules=["ks_undeclared_user"])
     with LiveServer(create_app(settings, store=sqlite_store)) as server:
         monkeypatch.delenv("KS_DATABASE_URL", raising=False)
         monkeypatch.setenv("KS_API_TOKEN", "tok")

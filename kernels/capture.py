@@ -609,17 +609,21 @@ def import_tuner(defn: Definition) -> Any:
 
 
 def _autotuner_in(obj: Any) -> Any:
-    """The autotuner under `@triton.heuristics` (heuristics above autotune): the call reaches it
-    with the heuristics' values among its arguments, as its capture holds them; `obj` itself
-    when no autotuner lies under its heuristics."""
+    """The autotuner a module's kernel object holds: itself, or the one under the wrappers a
+    library stacks above it (`@triton.heuristics`, FlagGems' `@libentry()` launch cache), each
+    holding the next as `.fn`. The call reaches it with the wrappers' values among its
+    arguments, as its capture holds them; a wrapper's own cache (a kernel compiled for the first
+    config it saw) must not stand between a trial's config and its launch. `obj` itself when no
+    autotuner lies under it."""
     from triton.runtime.autotuner import Autotuner as TritonAutotuner
-    from triton.runtime.autotuner import Heuristics
 
-    inner = obj
-    while isinstance(inner, Heuristics):
-        inner = inner.fn
+    inner, seen = obj, 0
+    while inner is not None and seen < 16:
         if isinstance(inner, TritonAutotuner):
             return inner
+        if not hasattr(inner, "fn") or hasattr(inner, "cache_key"):  # a JIT function: no tuner
+            break
+        inner, seen = inner.fn, seen + 1
     return obj
 
 

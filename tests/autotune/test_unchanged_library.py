@@ -21,7 +21,7 @@ from kernelsearch.kernels.capture import (Capture, KernelModuleUnavailable, capt
 from kernelsearch.kernels.configs import canonical
 from kernelsearch.service import job_child, search_jobs
 from kernelsearch.service.api import create_app
-from kernelsearch.service.client.tuner import Autotuner
+from kernelsearch.tuner import Autotuner
 from kernelsearch.service.definitions import register_definition
 from kernelsearch.service.worker import Worker
 
@@ -89,6 +89,20 @@ def test_the_worker_wraps_an_autotuner_under_heuristics_and_refuses_other_code()
     torch.testing.assert_close(y, x / 2)
     with pytest.raises(KernelModuleUnavailable, match="other code than the caller's"):
         import_tuner(replace(und.definition, source_hash="0" * 16))
+
+
+def test_the_worker_finds_the_autotuner_under_a_librarys_launch_wrapper() -> None:
+    """FlagGems' `@libentry()` above `@triton.autotune`: the worker wraps the autotuner under it,
+    so each trial launches its own config (through the wrapper, the first config's kernel would
+    be launched again, or the shipped autotuner would benchmark its own list)."""
+    x = torch.randn(64)
+    und = identity.undeclared_kernel(lib.quarter_kernel.fn, {"x_ptr": x, "y_ptr": x, "n": 64})
+    tuner = import_tuner(und.definition)
+    assert isinstance(tuner, Autotuner) and tuner.fn is lib.quarter_kernel.fn.fn
+    y = torch.empty_like(x)
+    with tuner.using({"BLOCK": 32, "num_warps": 1}):
+        tuner[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](x, y, 64)
+    torch.testing.assert_close(y, x / 4)
 
 
 def test_a_search_job_runs_on_a_library_reached_unchanged(sqlite_store, monkeypatch) -> None:

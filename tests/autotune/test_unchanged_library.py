@@ -60,6 +60,16 @@ def test_a_plain_triton_autotune_kernel_reached_by_the_swap_is_tuned_by_a_worker
     assert got["second"]["sources"] == ["service"] and got["second"]["benched"] == 0
 
 
+def test_a_kernel_under_a_librarys_launch_wrapper_is_tuned_by_a_worker(sqlite_store) -> None:
+    """FlagGems' shape: a launch wrapper above the autotuner, reached by the swap; the worker's
+    job times both configs of the list and a fresh process is served."""
+    settings = settings_for(sqlite_store.url, tune_reference="none", job_modules=MODULES)
+    got, job, rec = _job_through_worker(sqlite_store, settings, "quarter", 100)
+    assert job.kernel == "ks_plain_lib.quarter_kernel"
+    assert len(rec.config_timings) == 2 and all(v is not None for v in rec.config_timings.values())
+    assert got["second"]["sources"] == ["service"] and got["second"]["benched"] == 0
+
+
 def test_a_captured_call_is_tuned_over_the_configs_its_pruner_kept(sqlite_store) -> None:
     """n=200: the pruner keeps BLOCK 256 and 512 (one program covers the call); the unpruned
     first config (16) writes 16 of the 200 outputs. The job tunes 256 and 512, both right

@@ -324,8 +324,3 @@ def written_mismatches(before: Sequence[Any], first: Sequence[Any], other: Seque
         if not err <= tol:
             bad.append(f"argument {i}: relative error {err:.3g} > {tol:g} ({what})")
     return worst, bad
-
-
-def canonical_configs(configs: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The identities of a config list (config_key of each), in order."""
-    return tuple(config_key(c) for c in configs)

@@ -1,4 +1,4 @@
-"""`kernelsearch search --from-captures`: a search job beyond the config list (issue 35) for every
+"""`kernelsearch search --from-captures`: a search job beyond the config list for every
 key a program's captured calls met, so a fleet's kernels get searched while it runs."""
 from __future__ import annotations
 

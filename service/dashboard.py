@@ -137,7 +137,7 @@ def has_torch_reference(kernel: str | None) -> bool:
 
 
 def gain_label(r: Mapping[str, Any]) -> str:
-    """A record's winner against the kernel's config list (issue 35): a searched winner's gain
+    """A record's winner against the kernel's config list: a searched winner's gain
     over the list's best, or the list's own (after a search that found no confident gain)."""
     gain = r.get("gain_vs_list")
     if r.get("winner_origin") == "search" and gain is not None:

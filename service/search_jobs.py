@@ -1,5 +1,5 @@
 """Search jobs: a worker searches one key of an undeclared kernel beyond its config list, from
-the key's stored capture (issue 35).
+the key's stored capture.
 
 A search job (JobKind.SEARCH) is a capture job whose sampler is `SEARCH` (queued by `kernelsearch search
 --from-captures` or `POST /v1/search`, one per key a program's captures have met). The worker

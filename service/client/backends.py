@@ -342,10 +342,6 @@ class Backends:
             self._threads.append(fut.thread)
         return fut
 
-    def upload_in_background(self, record: Any, definition: Mapping[str, Any] | None) -> None:
-        """`upload` off the caller's thread; the process waits for it at exit (`drain`)."""
-        self.in_background(lambda: self.upload(record, definition))
-
     def idle(self) -> bool:
         """No background work under way."""
         with self._lock:

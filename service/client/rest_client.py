@@ -46,7 +46,9 @@ class NotFound(ClientError):
     status = 404
 
 
-class Conflict(ClientError):
+class AlreadyExists(ClientError):
+    """409: what the request would write is there already (another upload's set, a queued job)."""
+
     status = 409
 
 
@@ -71,7 +73,7 @@ class JobTimeout(ClientError, TimeoutError):
 
 
 _BY_STATUS: dict[int, type[ClientError]] = {
-    400: BadRequest, 401: Unauthorized, 403: Unauthorized, 404: NotFound, 409: Conflict,
+    400: BadRequest, 401: Unauthorized, 403: Unauthorized, 404: NotFound, 409: AlreadyExists,
     413: PayloadTooLarge, 422: InvalidRequest, 429: TooManyRequests, 503: ServiceUnavailable,
 }
 

@@ -1,4 +1,4 @@
-"""The user's side of search beyond the list (issue 35): which configs go to the workers, and
+"""The user's side of search beyond the list: which configs go to the workers, and
 whether a searched winner is served.
 
 - `search_space="derived"` (or a `DerivedRule`) on `@kernelsearch.autotune` sends the derived

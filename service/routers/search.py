@@ -1,4 +1,4 @@
-"""/v1/search: queue a search beyond the config list (issue 35) for every key a program's stored
+"""/v1/search: queue a search beyond the config list for every key a program's stored
 calls met (`kernelsearch search --from-captures` over HTTP); /v1/captures: keep a call a
 program tuned itself, so that search has it."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A record's winner origin (the kernel's config list, or a search beyond it) and a searched
-winner's gain over the list's best (issue 35). Records stored before are the list's.
+winner's gain over the list's best. Records stored before are the list's.
 
 Revision ID: 0013_search_origin
 Revises: 0012_artifacts

@@ -1,5 +1,5 @@
 """Calls an undeclared kernel's users tuned themselves (no job), kept per kernel so a search of
-their keys has a call to run (issue 35: `kernelsearch search --from-captures` for the default
+their keys has a call to run (`kernelsearch search --from-captures` for the default
 policy, which queues no job).
 
 Revision ID: 0015

@@ -235,6 +235,25 @@ def test_every_allowed_server_module_is_one_the_client_uses() -> None:
     assert set(CLIENT_MAY_USE) <= used, sorted(set(CLIENT_MAY_USE) - used)
 
 
+def test_the_store_s_types_have_one_import_path() -> None:
+    """`db.store` gives `Store` only; its views, wire format and checks are imported from their
+    own modules (`db.views`, `db.wire`, ...), so one type is never reached by two paths."""
+    import kernelsearch.db.store as store
+
+    assert store.__all__ == ["Store"]
+    bad = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("store") and (
+                    node.module == "kernelsearch.db.store" or name.startswith("kernelsearch.db")):
+                bad += [f"{name}: {a.name}" for a in node.names if a.name != "Store"]
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "kernelsearch.db.store":
+                bad += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name != "Store"]
+    assert not bad, "import these from their own module: " + "; ".join(bad)
+
+
 def test_no_hook_imports_the_decorator() -> None:
     """The Triton cache manager, the Helion backend and get_kernel's provider use the backends
     object, never the decorator (not even through another module)."""

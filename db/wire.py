@@ -264,7 +264,7 @@ def validated_record(rec: RecordIn) -> RecordIn:
     """`rec` through the wire format's rules (InvalidRecord names the field), normalised as an
     import would store it."""
     if not isinstance(rec, RecordIn):
-        raise TypeError(f"rec: expected db.store.RecordIn, got {type(rec).__name__}")
+        raise TypeError(f"rec: expected db.views.RecordIn, got {type(rec).__name__}")
     try:
         return RecordDoc.model_validate(asdict(rec)).to_record_in()
     except ValidationError as e:

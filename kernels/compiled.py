@@ -12,8 +12,10 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import re
+import threading
 from collections.abc import Collection, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +38,12 @@ _ELF = b"\x7fELF"
 _EM_CUDA = 190  # e_machine of a CUDA cubin
 _ET_DYN = 3  # e_type of a shared object
 _PT_DYNAMIC, _PT_INTERP = 2, 3  # program headers of a dynamically linked ELF
+
+log = logging.getLogger(__name__)
+# The groups whose launcher build failed and was reported: a host that installs the same group
+# again (another served key) does not repeat the warning.
+_LAUNCHER_FAILED: set[tuple[str, str]] = set()
+_LAUNCHER_FAILED_LOCK = threading.Lock()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -233,7 +241,8 @@ def build_launchers(groups: Sequence[Mapping[str, bytes]], workers: int = 8) -> 
             nv.compile_module_from_src(src=src, name="__triton_launcher", library_dirs=nv.library_dirs(),
                                        include_dirs=nv.include_dirs, libraries=nv.libraries)
             return True
-        except Exception:  # Triton builds it at the first launch, as without a spec
+        except Exception as exc:  # Triton builds it at the first launch, as without a spec
+            _warn_launcher_failed(files, spec, exc)
             return False
 
     todo = [g for g in groups if any(n.endswith(LAUNCHER_SUFFIX) for n in g)]
@@ -242,6 +251,19 @@ def build_launchers(groups: Sequence[Mapping[str, bytes]], workers: int = 8) -> 
         return 0
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo)))) as pool:
         return sum(pool.map(one, todo))
+
+
+def _warn_launcher_failed(files: Mapping[str, bytes], spec: bytes | None, exc: Exception) -> None:
+    """One WARNING per group whose launcher build failed, naming its kernel and the error: the
+    first launch then builds it (slower) or fails the same way, and says nothing of why."""
+    name = next((n[:-len(LAUNCHER_SUFFIX)] for n in files if n.endswith(LAUNCHER_SUFFIX)), "?")
+    ident = (name, sha256_hex(spec or b"") + sha256_hex(files.get(f"{name}.json", b"")))
+    with _LAUNCHER_FAILED_LOCK:
+        if ident in _LAUNCHER_FAILED:
+            return
+        _LAUNCHER_FAILED.add(ident)
+    log.warning("the launcher of compiled kernel %s (group %s) was not built ahead; Triton builds "
+                "it at its first launch: %s: %s", name, f"{name}.json", type(exc).__name__, exc)
 
 
 def env_fingerprint(env: Mapping[str, Any]) -> str:

@@ -15,7 +15,7 @@ from kernelsearch.kernels.undeclared import NotDeclared
 from .runner import TrialRunner
 
 if TYPE_CHECKING:
-    from kernelsearch.db.store import RecordIn
+    from kernelsearch.db.views import RecordIn
     from kernelsearch.db.views import Accepted
     from kernelsearch.kernels.spec import KernelDef
 
@@ -80,7 +80,7 @@ def measured_record(kdef: KernelDef, axes: Mapping[str, Any], device: str, *,
     the kernel's name, source hash and `work` (`KernelDef.work`: the one size "nearest" ranks
     cases by) come from its declaration; `measured` is the rest of `RecordIn`'s fields. Not yet
     accepted: it goes through the gate (acceptance.accepted) before any store takes it."""
-    from kernelsearch.db.store import RecordIn
+    from kernelsearch.db.views import RecordIn
 
     fields = {"source_hash": kdef.source_hash, **measured}
     return RecordIn(kernel=kdef.name, axes=dict(axes), work=float(kdef.work(axes)), device=device,

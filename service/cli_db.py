@@ -252,7 +252,7 @@ def records_import(
     nothing. An entry that cannot be imported is listed by index and kernel while the others go
     in, and the exit status is 1; --all-or-nothing imports nothing when any entry is bad. An
     entry that does not say its origin is an import."""
-    from kernelsearch.db.store import doc_definitions
+    from kernelsearch.db.wire import doc_definitions
 
     from .definitions import restore_definitions
 

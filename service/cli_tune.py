@@ -107,7 +107,7 @@ def _stored_calls(kernel: str, case: list[str], url: str | None,
     except StoreError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    from .job_acceptance import CALLS_STORED_BY
+    from kernelsearch.search_space.job_acceptance import CALLS_STORED_BY
 
     how = f"an undeclared kernel is tuned on a call of it: {CALLS_STORED_BY}"
     if not stored:

@@ -233,7 +233,7 @@ class HelionEntryIn(BaseModel):
 
 class HelionJobIn(BaseModel):
     """A Helion cache miss to tune on a worker (`kernelsearch.helion`, KS_HELION_ON_MISS=default):
-    Helion's cache key and the call's capture (service/helion_jobs.py)."""
+    Helion's cache key and the call's capture (search_space/helion_job.py)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 

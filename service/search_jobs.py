@@ -21,7 +21,7 @@ from kernelsearch.db.views import Accepted, JobView, RecordIn
 if TYPE_CHECKING:
     from kernelsearch.kernels.spec import KernelDef
 
-from .job_acceptance import CALLS_STORED_BY
+from kernelsearch.search_space.job_acceptance import CALLS_STORED_BY
 from .settings import Settings
 
 SEARCH = SEARCH_SAMPLER  # the job's sampler: what makes a capture job a JobKind.SEARCH job
@@ -120,7 +120,7 @@ def _edges(store: Any, settings: Settings, kdef: Any, job: Any, axes: Mapping[st
     bounds (KS_CAPTURE_MAX_BYTES, KS_CAPTURE_MAX_PROGRAMS) on the trial child's device."""
     from kernelsearch.kernels.capture import key_edges
 
-    from .job_policy import worker_bounds
+    from kernelsearch.search_space.job_policy import worker_bounds
 
     if not isinstance(job.capture, dict):
         return []

@@ -412,14 +412,16 @@ class Worker:
         from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
         from kernelsearch.search_space.compiled import store_helion_compiled
 
+        from kernelsearch.search_space.helion_job import check_job, parse_job
+
         from . import helion_jobs
         from .job_child import JobChildStopped
 
         try:
-            hjob = helion_jobs.parse_job(job.capture)
+            hjob = parse_job(job.capture)
         except ValueError as exc:
             return JobStatus.FAILED, f"capture: {exc}"
-        refused = helion_jobs.check_job(hjob, self.settings, self._bounds_for(hjob.device))
+        refused = check_job(hjob, self.settings, self._bounds_for(hjob.device))
         if refused is not None:
             return JobStatus.FAILED, refused
         self.store.update_job_progress(held, trials_done=0, current_case={"index": 0, "axes": job.cases[0]})
@@ -472,7 +474,7 @@ class Worker:
                                                   captured_kernel)
         from kernelsearch.kernels.undeclared import Definition, UndeclaredKernel
 
-        from .job_policy import module_refusal, worker_bounds
+        from kernelsearch.search_space.job_policy import module_refusal, worker_bounds
 
         stored = getattr(self.store, "kernel_definitions", None)
         doc = (stored() if stored is not None else {}).get(job.kernel)
@@ -516,7 +518,7 @@ class Worker:
         """A Helion job's bounds on this worker: the CPU's for a CPU call; for a GPU call the
         trial child's device when it started (the worker itself never touches the GPU), else
         the API's."""
-        from .job_policy import submit_bounds, worker_bounds
+        from kernelsearch.search_space.job_policy import submit_bounds, worker_bounds
 
         if device_type == "cpu":
             return worker_bounds(self.settings, None)

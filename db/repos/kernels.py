@@ -40,7 +40,7 @@ class KernelRepo(RepoBase):
                      digest: str) -> bool:
         """Keep a call of `kernel` a user's process met and tuned itself (no job carries it);
         True when it is new (a call is kept once per kernel, by its digest). The caller checks
-        it first (service.job_acceptance.accept_capture)."""
+        it first (search_space.job_acceptance.accept_capture)."""
 
         def tx(s: Session) -> bool:
             kernel_id = self._kernel_id(s, kernel)

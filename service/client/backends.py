@@ -227,7 +227,7 @@ class Backends:
             from kernelsearch.kernels import registry
             from kernelsearch.kernels.definitions import define
             from kernelsearch.service.client_settings import job_limits
-            from kernelsearch.service.job_acceptance import JobRefused, accept_job
+            from kernelsearch.search_space.job_acceptance import JobRefused, accept_job
 
             try:
                 if definition is not None:
@@ -265,7 +265,7 @@ class Backends:
         if self.store is not None:
             from kernelsearch.kernels import registry
             from kernelsearch.service.client_settings import job_limits
-            from kernelsearch.service.job_acceptance import JobRefused, accept_capture
+            from kernelsearch.search_space.job_acceptance import JobRefused, accept_capture
 
             try:
                 accept_capture(self.store, job_limits(), registry.get_kernel(key.kernel), capture)

@@ -4,6 +4,7 @@ Inductor the served config alone."""
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -27,8 +28,9 @@ class _TensorMeta:
     device: Any
 
 
-# Decorated kernels by id, and what a trace decided for each (`_decide_for_compile`).
-TUNERS: dict[int, Any] = {}
+# Decorated kernels by id, and what a trace decided for each (`_decide_for_compile`). Weak: a
+# kernel dropped by its program is collected, not kept for the life of the process.
+TUNERS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _DECIDED: dict[int, int] = {}
 
 

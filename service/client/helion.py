@@ -13,7 +13,7 @@ miss (`get` None, `list` empty, `put` dropped), never an error or a wait past th
 are shown on the dashboard's /helion page.
 
 KS_HELION_ON_MISS=default (with a service): a miss queues a worker's tuning of the call
-(service/helion_jobs.py) and answers Helion's default config, so no user process tunes.
+(search_space/helion_job.py; a worker tunes it) and answers Helion's default config, so no user process tunes.
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def _miss_cache(key: str) -> Any:
     tuning, no such caller)."""
     global _warned_local
     try:
-        from kernelsearch.service.helion_jobs import tuning_here
+        from kernelsearch.search_space.helion_job import tuning_here
         from kernelsearch.service.client_settings import client_settings
 
         st = client_settings()
@@ -174,11 +174,11 @@ def _key_doc(cache: Any) -> dict[str, Any]:
 
 
 def _job_capture(cache: Any, key: str) -> dict[str, Any]:
-    """The job's capture of a cache's call (service/helion_jobs.py reads it)."""
+    """The job's capture of a cache's call (search_space/helion_job.py reads it)."""
     import torch
 
     from kernelsearch.kernels.capture import capture_args
-    from kernelsearch.service.helion_jobs import KIND, SETTINGS, VERSION
+    from kernelsearch.search_space.helion_job import KIND, SETTINGS, VERSION
 
     name, _, checked = _kernel_facts(cache)
     fn = cache.kernel.kernel.fn

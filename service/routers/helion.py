@@ -14,7 +14,7 @@ from kernelsearch.search_space.acceptance import RecordRejected, accepted_helion
 
 from .. import schemas
 from ..deps import SettingsDep, StoreDep, require_writer
-from ..job_acceptance import JobRefused, accept_helion_job
+from kernelsearch.search_space.job_acceptance import JobRefused, accept_helion_job
 from ..lookups import run_read
 from ..views import job_json
 from .common import ERRORS, WRITE_ERRORS, check_text

@@ -9,7 +9,7 @@ from kernelsearch.db.statuses import FINISHED_STATUSES, JobStatus
 
 from .. import schemas
 from ..deps import SettingsDep, StoreDep, require_writer
-from ..job_acceptance import JobRefused, accept_job
+from kernelsearch.search_space.job_acceptance import JobRefused, accept_job
 from ..lookups import run_read
 from ..strict_input import AsciiInt
 from ..views import job_json

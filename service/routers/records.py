@@ -9,7 +9,7 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
-from kernelsearch.db.store import RecordDoc
+from kernelsearch.db.wire import RecordDoc
 from kernelsearch.kernels.undeclared import MAX_NAME_CHARS
 from kernelsearch.search_space.acceptance import RecordRejected, accepted, as_upload
 

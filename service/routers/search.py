@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelsearch.db import errors as dberr
 
 from ..deps import SettingsDep, StoreDep, require_writer
-from ..job_acceptance import JobRefused, accept_capture, search_share, untrusted_kernels
+from kernelsearch.search_space.job_acceptance import JobRefused, accept_capture, search_share, untrusted_kernels
 from ..search_jobs import queue_searches
 from ..views import job_json
 from .common import WRITE_ERRORS, kernel_or_404

@@ -5,7 +5,7 @@ from trusted_records import trusted
 
 from typing import Any, Mapping
 
-from kernelsearch.db.store import RecordIn
+from kernelsearch.db.views import RecordIn
 from kernelsearch.kernels.device import INTERPRETER_DEVICE, versions
 
 

@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 import triton
+import triton.language as tl
 from ks_at_helpers import KERNEL, accumulate, accumulate_kernel
 
 from kernelsearch.kernels import get_kernel
@@ -341,3 +342,27 @@ def test_the_version_is_the_installed_distributions() -> None:
     import kernelsearch
 
     assert kernelsearch.__version__ == metadata.version("kernelsearch")
+
+
+@triton.jit
+def _dropped_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def test_a_dropped_decorated_kernel_is_collected_and_leaves_no_entry() -> None:
+    """The torch.compile registry holds its kernels weakly: a program that drops a decorated
+    kernel gets its memory back (its configs, caches, the store's answers)."""
+    import gc
+    import weakref
+
+    import kernelsearch
+    from kernelsearch.compile_decision import TUNERS
+
+    tuner = kernelsearch.autotune(configs=[triton.Config({"BLOCK": 32})], key=["n"])(_dropped_kernel)
+    tid, alive = id(tuner), weakref.ref(tuner)
+    assert TUNERS[tid] is tuner
+    del tuner
+    gc.collect()
+    assert alive() is None
+    assert tid not in TUNERS

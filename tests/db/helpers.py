@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from kernelsearch.db.store import RecordIn
+from kernelsearch.db.views import RecordIn
 from kernelsearch.kernels import get_kernel
 
 KERNEL = "vision_rope_generation_bwd"

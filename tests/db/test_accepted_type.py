@@ -9,7 +9,8 @@ import pytest
 from helpers import KERNEL, make_record
 from trusted_records import trust_check, trusted
 
-from kernelsearch.db.store import EXPORT_SCHEMA, EXPORT_VERSION, Store
+from kernelsearch.db.store import Store
+from kernelsearch.db.wire import EXPORT_SCHEMA, EXPORT_VERSION
 from kernelsearch.db.views import Accepted
 from kernelsearch.kernels.resolve import Key, nearest_of
 

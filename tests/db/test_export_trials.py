@@ -12,7 +12,9 @@ from helpers import DEVICE, KERNEL, make_record
 
 from kernelsearch.db.engine import upgrade
 from kernelsearch.db.errors import ImportRejected
-from kernelsearch.db.store import EXPORT_VERSION, Store, TrialIn
+from kernelsearch.db.store import Store
+from kernelsearch.db.views import TrialIn
+from kernelsearch.db.wire import EXPORT_VERSION
 
 AXES = {"total_patches": 64}
 STUDY = "ks/test/total_patches=64/H200"

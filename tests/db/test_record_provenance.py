@@ -14,7 +14,8 @@ from helpers import make_record
 
 from kernelsearch.db.engine import upgrade
 from kernelsearch.db.errors import NotFound
-from kernelsearch.db.store import Store, parse_records_doc
+from kernelsearch.db.store import Store
+from kernelsearch.db.wire import parse_records_doc
 from kernelsearch.db.wire import InvalidRecord
 
 

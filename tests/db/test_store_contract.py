@@ -21,7 +21,8 @@ from kernelsearch.db.interfaces import Lease
 from kernelsearch.db.models import Record
 from kernelsearch.db.repos import DeviceRepo, JobRepo, RecordRepo, TransferRepo, TrialRepo
 from kernelsearch.db.statuses import JobKind, JobStatus
-from kernelsearch.db.store import EXPORT_SCHEMA, EXPORT_VERSION, Store
+from kernelsearch.db.store import Store
+from kernelsearch.db.wire import EXPORT_SCHEMA, EXPORT_VERSION
 from kernelsearch.db.views import RECORD_COLUMNS, RECORD_KEY_FIELDS, VIEW_COLUMNS, RecordFields, RecordView
 
 CASES = [{"total_patches": 64}, {"total_patches": 128}]

@@ -42,9 +42,6 @@ CLIENT_MAY_USE = {
     "kernelsearch.service": "the package above the modules below (empty)",
     "kernelsearch.service.client_settings": "the client's settings and the job limits it applies",
     "kernelsearch.service.sources": "the local store as a lookup source",
-    "kernelsearch.service.job_acceptance": "a job queued into the local store keeps the routes' rules",
-    "kernelsearch.service.job_policy": "the trusted modules and capture bounds of those rules",
-    "kernelsearch.service.helion_jobs": "a Helion miss's job document (its kind, version, settings)",
 }
 # `kernelsearch bench` runs kernels as a user's program does: through the client's provider.
 # The CLI speaks to a service (--url http://..., KS_SERVICE_URL) through the client's REST client.
@@ -215,10 +212,46 @@ def test_the_client_imports_only_its_own_layers() -> None:
 def test_a_client_import_of_a_server_module_is_caught() -> None:
     graph = dict(_graph())
     for server in ("kernelsearch.service.settings", "kernelsearch.service.worker",
-                   "kernelsearch.service.definitions", "kernelsearch.service.cli"):
+                   "kernelsearch.service.definitions", "kernelsearch.service.cli",
+                   "kernelsearch.service.helion_jobs", "kernelsearch.service.job_child"):
         graph["kernelsearch.backends"] = {*graph["kernelsearch.backends"], server}
         assert client_imports_beyond_its_layers(graph) == [f"kernelsearch.backends imports {server}"]
         graph["kernelsearch.backends"] = _graph()["kernelsearch.backends"]
+
+
+def test_what_the_client_may_use_of_the_server_pulls_in_nothing_else_of_it() -> None:
+    """An allowed server module that imported another would bring that one into a user's
+    program unnamed: each imports, of the server, only other allowed modules."""
+    graph = _graph()
+    bad = sorted(f"{m} imports {t}" for m in CLIENT_MAY_USE for t in graph[m]
+                 if t.startswith("kernelsearch.service") and t not in CLIENT_MAY_USE)
+    assert not bad, "; ".join(bad)
+
+
+def test_every_allowed_server_module_is_one_the_client_uses() -> None:
+    """The allow-list stays as short as the client's needs: an entry no client module imports
+    goes."""
+    used = {t for m, ts in _graph().items() if _layer(m) == "kernelsearch" for t in ts}
+    assert set(CLIENT_MAY_USE) <= used, sorted(set(CLIENT_MAY_USE) - used)
+
+
+def test_the_store_s_types_have_one_import_path() -> None:
+    """`db.store` gives `Store` only; its views, wire format and checks are imported from their
+    own modules (`db.views`, `db.wire`, ...), so one type is never reached by two paths."""
+    import kernelsearch.db.store as store
+
+    assert store.__all__ == ["Store"]
+    bad = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("store") and (
+                    node.module == "kernelsearch.db.store" or name.startswith("kernelsearch.db")):
+                bad += [f"{name}: {a.name}" for a in node.names if a.name != "Store"]
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "kernelsearch.db.store":
+                bad += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name != "Store"]
+    assert not bad, "import these from their own module: " + "; ".join(bad)
 
 
 def test_no_hook_imports_the_decorator() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 def a_record(kernel: str, axes: dict[str, int], device: str, latency_us: float = 10.0,
              config: dict[str, Any] | None = None) -> Any:
     from kernelsearch import kernels
-    from kernelsearch.db.store import RecordIn
+    from kernelsearch.db.views import RecordIn
 
     k = kernels.get_kernel(kernel)
     return RecordIn(

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelsearch import kernels
-from kernelsearch.db.store import RecordIn
+from kernelsearch.db.views import RecordIn
 from kernelsearch.kernels.device import versions
 from kernelsearch.service.settings import Settings
 

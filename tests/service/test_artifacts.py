@@ -393,6 +393,31 @@ def test_a_launcher_spec_is_argument_types_and_builds_triton_s_own_launcher(
     assert artifacts.install([wire(group[2])]) == 1 and artifacts.STATS.launchers == 1
 
 
+def test_a_launcher_that_fails_to_build_says_so_once_per_group(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A failed build is not silent: one WARNING naming the kernel and the error, however often
+    the same group is installed; another group's failure is reported on its own."""
+    from types import SimpleNamespace
+
+    def fail(**kw: Any) -> None:
+        raise RuntimeError("cc: not found")
+
+    nv = SimpleNamespace(make_launcher=lambda *a: "/* launcher */", compile_module_from_src=fail,
+                         library_dirs=lambda: [], include_dirs=[], libraries=[])
+    monkeypatch.setattr(compiled, "_cuda_driver", lambda: nv)
+    monkeypatch.setattr(compiled, "_LAUNCHER_FAILED", set())
+    spec = b'["*fp32", "i32"]'
+    a = {**FILES, f"{FN_A}.launcher": spec}
+    b = {**group_files(FN_B), f"{FN_B}.launcher": spec}
+    with caplog.at_level(logging.WARNING, logger=compiled.__name__):
+        assert compiled.build_launchers([a]) == 0
+        assert compiled.build_launchers([a, b]) == 0
+    warned = [r.getMessage() for r in caplog.records if r.name == compiled.__name__]
+    assert len(warned) == 2, warned
+    assert FN_A in warned[0] and "RuntimeError: cc: not found" in warned[0]
+    assert FN_B in warned[1]
+
+
 def test_ks_prefetch_runs_in_the_background_and_a_first_launch_waits_for_it(
         local_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch

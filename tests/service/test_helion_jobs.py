@@ -27,7 +27,7 @@ from kernelsearch.backends import BACKENDS  # noqa: E402
 from kernelsearch.search_space.acceptance import HELION_CHECKED  # noqa: E402
 from kernelsearch.service.api import create_app  # noqa: E402
 from kernelsearch.rest_client import Client, InvalidRequest  # noqa: E402
-from kernelsearch.service.helion_jobs import parse_job  # noqa: E402
+from kernelsearch.search_space.helion_job import parse_job  # noqa: E402
 from kernelsearch.service.worker import Worker  # noqa: E402
 
 TOKEN = "tok"
@@ -161,12 +161,12 @@ def test_a_key_gets_one_job_while_it_is_queued(server: LiveServer, sqlite_store:
 def test_the_default_policy_and_a_worker_tuning_queue_nothing(server: LiveServer, sqlite_store: Store,
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              tmp_path: Path) -> None:
-    from kernelsearch.service import helion_jobs
+    from kernelsearch.search_space import helion_job
 
     monkeypatch.setenv("HELION_CACHE_DIR", str(tmp_path))
     assert _cache().get() is None  # KS_HELION_ON_MISS unset: tune, as before
     monkeypatch.setenv("KS_HELION_ON_MISS", "default")
-    with helion_jobs._tuning():  # what a worker's Helion job runs under
+    with helion_job.tuning():  # what a worker's Helion job runs under
         assert _cache().get() is None
     assert sqlite_store.list_jobs() == []
 

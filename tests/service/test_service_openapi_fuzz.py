@@ -5,7 +5,7 @@ Positive-data acceptance is left out on the operations whose input depends on th
 name (the axes of /v1/best and /case, the case axes and config of a job or an uploaded record),
 on an undeclared kernel's definition (its key and dtype arguments must be among its
 arguments), on a Helion cache entry (its `data` is Helion's JSON text inside a string) and a
-Helion job (its capture is checked field by field, service/helion_jobs.py) and a compiled
+Helion job (its capture is checked field by field, search_space/helion_job.py) and a compiled
 kernel's files (their bytes are read: an ELF must be a CUDA cubin, no pickle stream, the group's
 metadata file present, kernels.compiled.refusal): OpenAPI cannot say that `seq_len` belongs to one kernel and `total_patches` to
 another, so a "schema-valid" request may still be a 422 there; every other check runs on them."""

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from kernelsearch import kernels
 from kernelsearch.db.engine import upgrade
-from kernelsearch.db.store import Store, parse_records_doc
+from kernelsearch.db.store import Store
+from kernelsearch.db.wire import parse_records_doc
 from kernelsearch.service.api import create_app
 from kernelsearch.service.cli import app as cli
 from kernelsearch.search_space.acceptance import import_check

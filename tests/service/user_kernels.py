@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from kernelsearch.db.store import RecordIn
+from kernelsearch.db.views import RecordIn
 from kernelsearch.kernels import registry
 from kernelsearch.kernels.configs import canonical, canonical_key
 from kernelsearch.kernels.device import versions

@@ -2,30 +2,37 @@
 `POST /v1/helion/jobs`) and a user's program that queues into its local store (the decorator's
 fallback) all go through `accept_job` / `accept_helion_job`, so the operator's limits, the
 sampler, the cases and a capture's checks hold whoever queues. A refusal is `JobRefused`, whose
-message names the field or the setting (the routes answer it with its HTTP status)."""
+message names the field or the setting (the routes answer it with its HTTP status). It sits below
+the server and the client, so both apply this one definition."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Protocol, Sequence
 
 from kernelsearch.db import errors as dberr
 from kernelsearch.db.checks import axes_key
 from kernelsearch.kernels.undeclared import UndeclaredKernel
 
-from .job_policy import module_refusal, submit_bounds
-from .client_settings import JobLimits
+from .job_policy import SubmitLimits, module_refusal, submit_bounds
 
 if TYPE_CHECKING:
     from kernelsearch.db.interfaces import ServiceStore
-    from kernelsearch.kernels.capture import Capture
     from kernelsearch.db.views import JobView
-
-    from .settings import Settings
+    from kernelsearch.kernels.capture import Capture
 
 
 # How an undeclared kernel's call comes to be stored: the end of every "no stored call" message.
 CALLS_STORED_BY = ("a process calling it under @kernelsearch.autotune stores one, with the job it "
                    "queues (KS_AUTOTUNE_FALLBACK=first or nearest) or with the config it tuned "
                    "and shared (the default), where the workers trust its module (KS_JOB_MODULES)")
+
+
+class QueueLimits(SubmitLimits, Protocol):
+    """The server's settings that only its routes read (the server's `Settings`)."""
+
+    @property
+    def helion_failed_retry_s(self) -> float: ...
+    @property
+    def search_queue_share(self) -> float: ...
 
 
 class JobRefused(ValueError):
@@ -36,7 +43,7 @@ class JobRefused(ValueError):
         self.status = status
 
 
-def accept_job(store: ServiceStore, settings: JobLimits, k: Any,
+def accept_job(store: ServiceStore, settings: SubmitLimits, k: Any,
                cases: Sequence[Mapping[str, Any]] | Literal["all"], n_trials: int,
                sampler: str | None = None, timeout_s: float | None = None,
                capture: Mapping[str, Any] | None = None) -> tuple[JobView, bool]:
@@ -75,7 +82,7 @@ def accept_job(store: ServiceStore, settings: JobLimits, k: Any,
     return _queue(store, settings, k.name, valid, n_trials, sampler, timeout_s=timeout_s, capture=cap)
 
 
-def accept_capture(store: ServiceStore, settings: JobLimits, k: Any,
+def accept_capture(store: ServiceStore, settings: SubmitLimits, k: Any,
                    capture: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """Keep a call of undeclared kernel `k` that a user's process tuned itself (no job), once it
     passes what a job's capture passes (a module the workers trust, the definition, this
@@ -86,11 +93,11 @@ def accept_capture(store: ServiceStore, settings: JobLimits, k: Any,
     return axes, store.save_capture(k.name, axes, cap, parsed.digest)
 
 
-def accept_helion_job(store: ServiceStore, settings: Settings, key: str,
+def accept_helion_job(store: ServiceStore, settings: QueueLimits, key: str,
                       capture: Mapping[str, Any]) -> tuple[JobView, bool]:
     """Queue a worker's tuning of a Helion cache miss from its call's capture (one per key: a
     key whose job failed less than KS_HELION_FAILED_RETRY_S ago answers that job)."""
-    from .helion_jobs import SAMPLER, check_job, parse_job
+    from .helion_job import SAMPLER, check_job, parse_job
 
     try:
         job = parse_job(dict(capture))
@@ -108,7 +115,7 @@ def accept_helion_job(store: ServiceStore, settings: Settings, key: str,
         raise JobRefused(f"capture: {exc}") from None
 
 
-def search_share(store: ServiceStore, settings: Settings) -> int:
+def search_share(store: ServiceStore, settings: QueueLimits) -> int:
     """How many new jobs one search request may queue: KS_SEARCH_QUEUE_SHARE of the queue's
     remaining room, at least one, so that one request never fills the queue every user's jobs
     wait in. JobRefused (429) when the queue is full."""
@@ -119,7 +126,7 @@ def search_share(store: ServiceStore, settings: Settings) -> int:
     return max(1, int(room * settings.search_queue_share))
 
 
-def untrusted_kernels(store: ServiceStore, settings: JobLimits,
+def untrusted_kernels(store: ServiceStore, settings: SubmitLimits,
                       names: Sequence[str]) -> dict[str, str]:
     """The undeclared kernels among `names` whose module the workers do not import
     (KS_JOB_MODULES): kernel name -> why, naming the module."""
@@ -128,7 +135,7 @@ def untrusted_kernels(store: ServiceStore, settings: JobLimits,
             and (why := module_refusal(str(defs[n].get("module", "")), settings)) is not None}
 
 
-def _queue(store: ServiceStore, settings: JobLimits, kernel: str, cases: list[dict[str, Any]],
+def _queue(store: ServiceStore, settings: SubmitLimits, kernel: str, cases: list[dict[str, Any]],
            n_trials: int, sampler: str, **kw: Any) -> tuple[JobView, bool]:
     try:
         return store.queue_job(kernel, cases, n_trials, sampler, max_queued=settings.max_queued_jobs,
@@ -161,7 +168,7 @@ def _stored_capture(k: UndeclaredKernel, cases: list[dict[str, Any]],
 
 
 def _check_capture(k: Any, capture: dict[str, Any], cases: list[dict[str, Any]] | None,
-                   settings: JobLimits) -> tuple[Capture, dict[str, Any]]:
+                   settings: SubmitLimits) -> tuple[Capture, dict[str, Any]]:
     """A capture belongs to an undeclared kernel's job of the one case its call has (`cases`;
     None: a call kept without a job), of a module the workers trust, within the bounds of what
     a worker runs: the parsed capture and its case."""

@@ -10,25 +10,44 @@ under a `KS_JOB_MODULES` prefix; never a package's `__main__` (a script, not a k
 Captures: a captured call's tensors, grids and key sizes within `CaptureBounds`: at submit the
 largest device class this version knows (the H200's memory) unless KS_CAPTURE_MAX_BYTES /
 KS_CAPTURE_MAX_PROGRAMS are set; on a worker its own device's.
+
+Below the server and the client: a user's program that queues into its local store keeps the
+routes' rules from this one definition.
 """
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from kernelsearch.kernels.capture import H200_MEMORY_BYTES, CaptureBounds
 from kernelsearch.kernels.registry import ENTRY_POINT_GROUP, env_modules
 
-from .client_settings import JobLimits
+
+class SubmitLimits(Protocol):
+    """The settings these rules read: `service.client_settings.JobLimits` (a user's program) and
+    the server's `Settings` provide them; this layer sits below both, so it names only the fields."""
+
+    @property
+    def max_trials_per_job(self) -> int: ...
+    @property
+    def max_cases_per_job(self) -> int: ...
+    @property
+    def max_queued_jobs(self) -> int: ...
+    @property
+    def job_modules(self) -> list[str]: ...
+    @property
+    def capture_max_bytes(self) -> int | None: ...
+    @property
+    def capture_max_programs(self) -> int | None: ...
 
 
-def trusted_prefixes(settings: JobLimits) -> tuple[str, ...]:
+def trusted_prefixes(settings: SubmitLimits) -> tuple[str, ...]:
     """The module prefixes whose code a job may make a worker import."""
     plugins = [ep.module for ep in entry_points(group=ENTRY_POINT_GROUP)]
     return tuple(dict.fromkeys([*plugins, *env_modules(), *settings.job_modules]))
 
 
-def module_refusal(module: str, settings: JobLimits) -> str | None:
+def module_refusal(module: str, settings: SubmitLimits) -> str | None:
     """Why a job naming `module` is refused (None: its module is trusted); the message names the
     settings that would allow it."""
     prefixes = trusted_prefixes(settings)
@@ -44,14 +63,14 @@ def module_refusal(module: str, settings: JobLimits) -> str | None:
             f"kernelsearch.kernels plugin")
 
 
-def submit_bounds(settings: JobLimits) -> CaptureBounds:
+def submit_bounds(settings: SubmitLimits) -> CaptureBounds:
     """The bounds the API checks a capture against: the settings', else the largest device
     class this version knows (any worker may claim the job; each checks its own again)."""
     return CaptureBounds.for_device(H200_MEMORY_BYTES, max_bytes=settings.capture_max_bytes,
                                     max_programs=settings.capture_max_programs)
 
 
-def worker_bounds(settings: JobLimits, device_info: Mapping[str, Any] | None) -> CaptureBounds:
+def worker_bounds(settings: SubmitLimits, device_info: Mapping[str, Any] | None) -> CaptureBounds:
     """The bounds on this worker's device (its trial child's report; None: the CPU)."""
     memory = (device_info or {}).get("memory_bytes")
     return CaptureBounds.for_device(int(memory) if memory else None,
@@ -59,4 +78,4 @@ def worker_bounds(settings: JobLimits, device_info: Mapping[str, Any] | None) ->
                                     max_programs=settings.capture_max_programs)
 
 
-__all__ = ["module_refusal", "submit_bounds", "trusted_prefixes", "worker_bounds"]
+__all__ = ["SubmitLimits", "module_refusal", "submit_bounds", "trusted_prefixes", "worker_bounds"]

@@ -235,6 +235,12 @@ def _wait_jobs(service: str, since_id: int, deadline: float) -> list[dict]:
         time.sleep(3)
 
 
+def _unfinished(jobs: list[dict]) -> list[str]:
+    """Each job that did not succeed: its kernel's short name, its status and error."""
+    return [f"{j['kernel'].rsplit('.', 1)[-1]}: {j['status']} {j.get('error') or ''}".strip()
+            for j in jobs if j["status"] != "succeeded"]
+
+
 def _max_job_id(service: str) -> int:
     return max([j["id"] for j in _get(f"{service}/v1/jobs?limit=500")] or [0])
 
@@ -277,8 +283,7 @@ def loop(service: str, work: Path, budget_s: float, libs: list[str]) -> dict:
               f"{r['first_call_to_results_s']} s, sources {r['sources']}, {r['configs_benchmarked']} "
               f"benchmarked, vs triton.autotune {err}; errors {r['errors']}" if r else "no result", summary)
         jobs = _wait_jobs(service, before, time.time() + min(300, left()))
-        failed = [f"{j['kernel'].rsplit('.', 1)[-1]}: {j['status']} {j.get('error') or ''}".strip()
-                  for j in jobs if j["status"] != "succeeded"]
+        failed = _unfinished(jobs)
         _line(f"{lib} worker tunes captures", bool(jobs) and not failed,
               f"{len(jobs)} jobs, {len(jobs) - len(failed)} succeeded; failed {failed}", summary)
         r = _run_prog(lib, "served", work, user_env, min(240, left()))
@@ -294,8 +299,7 @@ def loop(service: str, work: Path, budget_s: float, libs: list[str]) -> dict:
         _line(f"{lib} search --from-captures", cli.returncode == 0,
               (cli.stdout.strip().splitlines() or [""])[-1][:300] + cli.stderr.strip()[-300:], summary)
         jobs = _wait_jobs(service, before, time.time() + min(420, left()))
-        failed = [f"{j['kernel'].rsplit('.', 1)[-1]}: {j['status']} {j.get('error') or ''}".strip()
-                  for j in jobs if j["status"] != "succeeded"]
+        failed = _unfinished(jobs)
         _line(f"{lib} worker searches", bool(jobs) and not failed,
               f"{len(jobs)} jobs, {len(jobs) - len(failed)} succeeded; failed {failed}", summary)
         r = _run_prog(lib, "searched", work, user_env, min(240, left()))

@@ -11,7 +11,7 @@ import optuna
 import pytest
 import torch
 import triton
-from svc_helpers import settings_for
+from svc_helpers import settings_for, spy_cuda_probes
 from typer.testing import CliRunner
 
 import ks_undeclared_user
@@ -355,20 +355,8 @@ def test_the_worker_running_a_search_job_never_probes_the_gpu_itself(sqlite_stor
     first, _ = sqlite_store.queue_job(NAME, [CASE], 5, "grid", None, None, _capture())
     sqlite_store.cancel_job(first.id)
     (queued, _), = search_jobs.queue_searches(sqlite_store, settings)
-    probes: list[str] = []
     in_child = [False]
-
-    def spy(name, real):
-        def probe(*args, **kwargs):
-            if not in_child[0]:
-                probes.append(name)
-            return real(*args, **kwargs)
-        return probe
-
-    for name in ("is_available", "device_count", "current_device", "init", "_lazy_init"):
-        monkeypatch.setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
-    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", spy("_cuda_getDeviceCount", lambda: 0),
-                        raising=False)
+    probes = spy_cuda_probes(monkeypatch, counting=lambda: not in_child[0])
 
     def child(fn, *args, stop=None, limit_s=None):
         in_child[0] = True

@@ -1,7 +1,7 @@
 """Helpers shared by the service tests (named uniquely: test folders are not packages)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from kernelsearch import kernels
 from kernelsearch.db.views import RecordIn
@@ -81,3 +81,28 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+CUDA_PROBES = ("is_available", "device_count", "current_device", "init", "_lazy_init")
+
+
+def spy_cuda_probes(monkeypatch: Any, counting: Callable[[], bool] = lambda: True) -> list[str]:
+    """Every CUDA question this process asks torch from now on (while `counting()` says so), by
+    name: a worker that asks one marks every child it forks unable to use CUDA."""
+    import torch
+
+    probes: list[str] = []
+
+    def spy(name: str, real: Any) -> Any:
+        def probe(*args: Any, **kwargs: Any) -> Any:
+            if counting():
+                probes.append(name)
+            return real(*args, **kwargs)
+        return probe
+
+    for name in CUDA_PROBES:
+        monkeypatch.setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", spy("_cuda_getDeviceCount", lambda: 0),
+                        raising=False)
+    return probes
+

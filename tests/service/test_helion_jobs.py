@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from svc_helpers import LiveServer, settings_for
+from svc_helpers import LiveServer, settings_for, spy_cuda_probes
 
 pytest.importorskip("helion")
 
@@ -325,18 +325,7 @@ def test_a_worker_running_a_helion_job_never_probes_the_gpu_itself(
     with Client(server.url, token=TOKEN) as c:
         job_id = c.helion_queue(cap["key"], cap)["id"]
     assert sqlite_store.get_job(job_id).kind == "helion"
-    probes: list[str] = []
-
-    def spy(name: str, real: Any) -> Any:
-        def probe(*args: Any, **kwargs: Any) -> Any:
-            probes.append(name)
-            return real(*args, **kwargs)
-        return probe
-
-    for name in ("is_available", "device_count", "current_device", "init", "_lazy_init"):
-        monkeypatch.setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))
-    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", spy("_cuda_getDeviceCount", lambda: 0),
-                        raising=False)
+    probes = spy_cuda_probes(monkeypatch)
     assert worker(sqlite_store).run_one()
     done = sqlite_store.get_job(job_id)
     assert done is not None and done.status == JobStatus.SUCCEEDED, done.error

@@ -694,12 +694,10 @@ class CapturedKernel(UndeclaredKernel):
         return [dict(every[i]) for i in self.capture.ran]
 
     def configs_for_case(self, axes: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The space a case is tuned in: the list as the pruner made it on the call, then the
-        search space (made per case, not cached by name: a definition grows under one name)."""
-        listed = self.listed_configs
-        known = {canonical_key(c) for c in listed}
-        return listed + [dict(c) for c in self.definition.search_space
-                         if canonical_key(c) not in known]
+        """The space a case is tuned in: the list as the pruner made it on the call, as
+        `triton.autotune` would benchmark it. Configs beyond the list (`search_space`) are a
+        search job's, whose winner must pass the strict gate before it is served."""
+        return self.listed_configs
 
     def child_spec(self) -> dict[str, Any]:
         """What a trial child needs to make this kernel again (`kernel_from_spec`)."""

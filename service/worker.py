@@ -295,11 +295,31 @@ class Worker:
         return self._tune_cases(job, held, lease)
 
     def _run_capture_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
-        """An undeclared kernel's captured call, tuned over its config list as a declared one's."""
+        """An undeclared kernel's captured call, tuned over its config list as a declared one's;
+        where the kernel sends a search space, the key's search job is queued after it."""
         failed = self._captured_kernel(job)
         if failed is not None:
             return JobStatus.FAILED, failed
-        return self._tune_cases(job, held, lease)
+        status, error = self._tune_cases(job, held, lease)
+        if status == JobStatus.SUCCEEDED:
+            self._queue_search(job)
+        return status, error
+
+    def _queue_search(self, job: Any) -> None:
+        """The search beyond the list of a key whose kernel sent configs to search: queued (not
+        run here) so the list's winner is served first, as `kernelsearch search` would queue it."""
+        definition = getattr(resolve(job.kernel), "definition", None)
+        if definition is None or not definition.search_space or job.capture is None:
+            return
+        try:
+            queued, existing = self.store.queue_job(
+                job.kernel, list(job.cases), self.settings.search_trials, search_jobs.SEARCH,
+                self.settings.search_seconds * 2, self.settings.max_queued_jobs, job.capture)
+        except (StoreError, ValueError) as exc:
+            log.warning("job %s: the search of its key was not queued: %s", job.id, exc)
+            return
+        if not existing:
+            log.info("job %s: queued search job %s beyond %s's list", job.id, queued.id, job.kernel)
 
     def _run_search_job(self, job: Any, held: Lease, lease: _Lease) -> tuple[JobStatus | None, str | None]:
         """A captured key searched beyond its config list, in a job child (service.search_jobs)."""

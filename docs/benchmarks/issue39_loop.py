@@ -227,9 +227,12 @@ def _run_prog(lib: str, mode: str, work: Path, env: dict, limit_s: float) -> dic
     return json.loads(f.read_text()) if f.exists() else None
 
 
-def _wait_jobs(service: str, since_id: int, deadline: float) -> list[dict]:
+def _wait_jobs(service: str, since_id: int, deadline: float, *, kind: str | None = None,
+               ids: set[int] | None = None) -> list[dict]:
+    """The jobs queued after `since_id` (of `kind`), or those of `ids`, once all have ended."""
     while True:
-        jobs = [j for j in _get(f"{service}/v1/jobs?limit=500") if j["id"] > since_id]
+        jobs = [j for j in _get(f"{service}/v1/jobs?limit=500")
+                if (j["id"] in ids if ids is not None else j["id"] > since_id and kind in (None, j.get("kind")))]
         if all(j["status"] in ("succeeded", "failed", "cancelled") for j in jobs) or time.time() > deadline:
             return jobs
         time.sleep(3)
@@ -282,7 +285,7 @@ def loop(service: str, work: Path, budget_s: float, libs: list[str]) -> dict:
         _line(f"{lib} first program", bool(r) and not r["errors"],
               f"{r['first_call_to_results_s']} s, sources {r['sources']}, {r['configs_benchmarked']} "
               f"benchmarked, vs triton.autotune {err}; errors {r['errors']}" if r else "no result", summary)
-        jobs = _wait_jobs(service, before, time.time() + min(300, left()))
+        jobs = _wait_jobs(service, before, time.time() + min(300, left()), kind="capture")
         failed = _unfinished(jobs)
         _line(f"{lib} worker tunes captures", bool(jobs) and not failed,
               f"{len(jobs)} jobs, {len(jobs) - len(failed)} succeeded; failed {failed}", summary)
@@ -294,11 +297,22 @@ def loop(service: str, work: Path, budget_s: float, libs: list[str]) -> dict:
               f"benchmarked, {r['compiles']} compiles, vs triton.autotune {err}; errors {r['errors']}"
               if r else "no result", summary)
         before = _max_job_id(service)
-        cli = subprocess.run([sys.executable, "-m", "kernelsearch.service.cli", "search", "--from-captures",
-                              "--json"], capture_output=True, text=True, timeout=120)
-        _line(f"{lib} search --from-captures", cli.returncode == 0,
-              (cli.stdout.strip().splitlines() or [""])[-1][:300] + cli.stderr.strip()[-300:], summary)
-        jobs = _wait_jobs(service, before, time.time() + min(420, left()))
+        # The library's own kernels only (the program's picks): the other library's keys were
+        # searched in their own round. A key whose search the worker queued after its capture
+        # job is answered "already queued", or searched again where that search has finished.
+        first = json.loads((work / f"{lib}-first.json").read_text()) if (work / f"{lib}-first.json").exists() else {}
+        outs, rcs, ids = [], [], set()
+        for kernel in sorted(first.get("picks", {})):
+            cli = subprocess.run([sys.executable, "-m", "kernelsearch.service.cli", "search", "--from-captures",
+                                  "--kernel", kernel, "--json"], capture_output=True, text=True, timeout=120)
+            rcs.append(cli.returncode)
+            try:
+                ids.update(row["id"] for row in json.loads(cli.stdout.strip().splitlines()[-1]))
+            except (IndexError, ValueError, KeyError, TypeError):
+                pass
+            outs.append((cli.stdout.strip().splitlines() or [""])[-1][:160] + cli.stderr.strip()[-200:])
+        _line(f"{lib} search --from-captures", bool(rcs) and not any(rcs), " | ".join(outs)[:600], summary)
+        jobs = _wait_jobs(service, before, time.time() + min(420, left()), ids=ids)
         failed = _unfinished(jobs)
         _line(f"{lib} worker searches", bool(jobs) and not failed,
               f"{len(jobs)} jobs, {len(jobs) - len(failed)} succeeded; failed {failed}", summary)

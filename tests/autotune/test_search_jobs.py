@@ -101,6 +101,34 @@ def test_a_search_job_per_captured_key_stores_a_record_saying_where_its_winner_c
     assert gain_label({"winner_origin": "list", "gain_vs_list": None}) == "list"
 
 
+def test_a_capture_job_tunes_the_calls_list_and_queues_the_search_beyond_it(sqlite_store) -> None:
+    """A capture job runs the list as triton.autotune would (a few configs, minutes on a GPU),
+    not the search space the kernel sent with it: configs beyond the list are a search job's,
+    queued after it, whose winner the strict gate checks before it is served."""
+    from kernelsearch.db.statuses import JobKind
+
+    settings = settings_for(sqlite_store.url, job_modules=["ks_undeclared_user"],
+                            search_trials=2, search_seconds=60)
+    sqlite_store.save_definition(NAME, _definition())
+    register_definition(_definition(), sqlite_store)
+    listed = _definition()["configs"]
+    job, _ = sqlite_store.queue_job(NAME, [CASE], len(listed) + len(BEYOND), "grid", None, None,
+                                    _capture())
+    assert job.kind == JobKind.CAPTURE
+    worker = Worker(settings, sqlite_store)
+    try:
+        assert worker.run_one() is True
+    finally:
+        worker.close()
+    done = sqlite_store.get_job(job.id)
+    assert done.status == "succeeded", done.error
+    (rec,) = sqlite_store.list_records(kernel=NAME)
+    assert set(rec.config_timings) == {canonical_key(c) for c in listed}
+    assert rec.winner_origin == "list"
+    searches = [j for j in sqlite_store.list_jobs() if j.kind == JobKind.SEARCH]
+    assert [(j.kernel, j.cases, j.capture) for j in searches] == [(NAME, [CASE], job.capture)]
+
+
 def test_a_searched_record_without_a_gain_is_refused(sqlite_store) -> None:
     from kernelsearch.kernels import get_kernel
     from kernelsearch.kernels.device import versions

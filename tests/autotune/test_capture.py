@@ -69,7 +69,7 @@ def test_a_miss_is_tuned_by_a_worker_from_its_capture_and_served_to_a_fresh_proc
         assert len(sqlite_store.list_jobs()) == 1  # a served key queues nothing
 
 
-def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_store) -> None:
+def test_a_worker_searches_beyond_the_list_after_the_capture_job_when_the_decorator_allows_it(sqlite_store) -> None:
     settings = settings_for(sqlite_store.url, tune_reference="none", job_modules=MODULES)
     with LiveServer(create_app(settings, store=sqlite_store)) as srv:
         env = child_env(KS_SERVICE_URL=srv.url, KS_AUTOTUNE_FALLBACK="first",
@@ -85,6 +85,17 @@ def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_s
         assert sqlite_store.get_job(job.id).status == "succeeded"
         (rec,) = sqlite_store.list_records(kernel=NAME)
         blocks = sorted(json.loads(k)["BLOCK"] for k in rec.config_timings)
+        assert blocks == [16, 32, 64]  # the list: the config beyond it is the search job's
+        (search,) = [j for j in sqlite_store.list_jobs() if j.id != job.id]
+        assert search.kind == "search" and search.capture == job.capture
+        worker = Worker(settings, sqlite_store)
+        try:
+            assert worker.run_one() is True
+        finally:
+            worker.close()
+        assert sqlite_store.get_job(search.id).status == "succeeded"
+        (rec,) = sqlite_store.list_records(kernel=NAME)
+        blocks = sorted(json.loads(k)["BLOCK"] for k in rec.config_timings)
         assert blocks == [16, 32, 64, 256]
         # Whichever won, a record whose winner is the config beyond the list is served as is.
         from dataclasses import asdict
@@ -97,9 +108,10 @@ def test_a_worker_searches_beyond_the_list_when_the_decorator_allows_it(sqlite_s
             **fields, "config": beyond, "latency_median_us": rec.latency_median_us / 2,
             "latency_min_us": rec.latency_min_us / 2, "latency_max_us": rec.latency_median_us / 2,
             "config_timings": {**rec.config_timings, config_key(beyond): rec.latency_median_us / 2},
-            "winner_origin": "search", "gain_vs_list": 2.0})))
-        # An undeclared kernel's searched winner is opt-in (KS_AUTOTUNE_SERVE_SEARCHED): by
-        # default the list's best by the record's own timings runs, nothing benchmarked.
+            "winner_origin": "search", "gain_vs_list": 2.0, "gain_low": None, "gate_edges": None})))
+        # Without the strict gate's evidence an undeclared kernel's searched winner is opt-in
+        # (KS_AUTOTUNE_SERVE_SEARCHED): by default the list's best by the record's own timings
+        # runs, nothing benchmarked.
         listed_best = min((v, json.loads(k)["BLOCK"]) for k, v in rec.config_timings.items()
                           if v is not None and json.loads(k)["BLOCK"] != 256)[1]
         assert _user(200, "float32", env) == {"sources": ["service"], "benched": 0,
